@@ -1,0 +1,128 @@
+// The small interface every backend (cpu, cuda) implements: write KV, run a decode plan, and the
+// pieces of the DCP combine. Argument structs are validated by the functions next to them, once,
+// before any output is touched.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "dcpmla/cache.h"
+#include "dcpmla/plan.h"
+#include "dcpmla/tensor.h"
+
+namespace dcpmla {
+
+// An opaque stream handle (cudaStream_t for the CUDA backend, unused on the CPU).
+using Stream = void*;
+
+struct KvWriteArgs {
+  TensorRef latents;  // [n, 576] f32 or bf16: kv_c (512) then k_pe (64) of each new token
+  TensorRef slots;    // [n] i64: cache slot (block * block_size + offset) or -1 to skip
+  KvCacheRef cache;
+};
+void validate(const KvWriteArgs& args);
+
+struct DecodeArgs {
+  const Plan* plan = nullptr;
+  TensorRef q;            // [rows, H, 576] f32 or bf16 (absorbed query)
+  KvCacheRef cache;       // this rank's cache
+  TensorRef block_table;  // [B, max_blocks] i32, shared by all ranks
+  TensorRef out;          // [rows, H, 512] f32 or q's dtype
+  TensorRef lse;          // [rows, H] f32, natural log
+  float softmax_scale = 0.0f;  // explicit; finite and > 0
+  float q_scale = 1.0f;        // scores use softmax_scale * q_scale * k_scale
+  TensorRef workspace;         // >= decode_workspace_bytes(plan) bytes (u8/any dtype, 1-D)
+};
+void validate(const DecodeArgs& args);
+
+// ag_rs local step. From gathered LSE [W, N, H] compute merged L, then write this rank's O scaled
+// by exp(L_r - L) into send [W, N, H/W, 512] (grouped by destination rank; zero where the weight
+// is zero) and the merged LSE of this rank's own heads into lse_out [N, H/W].
+struct CombineRescaleArgs {
+  int world = 1;
+  int rank = 0;
+  TensorRef gathered_lse;  // [W, N, H] f32
+  TensorRef partial_out;   // [N, H, 512] f32
+  TensorRef send;          // [W, N, H/W, 512] f32
+  TensorRef lse_out;       // [N, H/W] f32
+};
+void validate(const CombineRescaleArgs& args);
+
+// a2a pack: this rank's partial O and LSE, split by destination head group into the one
+// all-to-all payload. Each (row, head) is 513 floats: O (512) then LSE.
+inline constexpr int kPackedRow = kLatentDim + 1;
+
+struct CombinePackArgs {
+  int world = 1;
+  TensorRef partial_out;  // [N, H, 512] f32
+  TensorRef partial_lse;  // [N, H] f32
+  TensorRef send;         // [W, N, H/W, 513] f32
+};
+void validate(const CombinePackArgs& args);
+
+// a2a merge on the receiver: the W partials of this rank's heads -> final O and LSE.
+struct CombineMergeArgs {
+  TensorRef recv;  // [W, N, Hl, 513] f32
+  TensorRef out;   // [N, Hl, 512] f32 or bf16
+  TensorRef lse;   // [N, Hl] f32
+};
+void validate(const CombineMergeArgs& args);
+
+// The gathered query [W, N, Hl, 576] -> the kernel layout [N, W * Hl, 576] (head w * Hl + h).
+struct UnpackQueryArgs {
+  TensorRef gathered;  // [W, N, Hl, 576]
+  TensorRef q;         // [N, W * Hl, 576], same dtype
+};
+void validate(const UnpackQueryArgs& args);
+
+// Element-wise f32 -> dst dtype (f32 or bf16), same shape.
+struct ConvertArgs {
+  TensorRef src;
+  TensorRef dst;
+};
+void validate(const ConvertArgs& args);
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // Memory the backend's kernels can read and write (host memory on the CPU).
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void deallocate(void* p) = 0;
+  virtual void upload(void* dst, const void* host_src, std::size_t bytes, Stream s) = 0;
+  virtual void download(void* host_dst, const void* src, std::size_t bytes, Stream s) = 0;
+  virtual void synchronize(Stream s) = 0;
+
+  virtual void write_kv(const KvWriteArgs& args, Stream s) = 0;
+  virtual void decode(const DecodeArgs& args, Stream s) = 0;
+  virtual void unpack_query(const UnpackQueryArgs& args, Stream s) = 0;
+  virtual void combine_rescale(const CombineRescaleArgs& args, Stream s) = 0;
+  virtual void combine_pack(const CombinePackArgs& args, Stream s) = 0;
+  virtual void combine_merge(const CombineMergeArgs& args, Stream s) = 0;
+  virtual void convert(const ConvertArgs& args, Stream s) = 0;
+};
+
+// A buffer owned through a backend's allocator.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend& backend, std::size_t bytes);
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+
+  void* data() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+  TensorRef tensor(DType t, std::vector<std::int64_t> shape) const;
+
+ private:
+  Backend* backend_ = nullptr;
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace dcpmla

@@ -1,0 +1,65 @@
+// Rank-to-rank collectives of a DCP group. The interface mirrors NCCL: device buffers, element
+// counts, a stream, no host synchronisation implied, so an NCCL communicator can implement it.
+#pragma once
+
+#include <barrier>
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "dcpmla/backend.h"
+#include "dcpmla/types.h"
+
+namespace dcpmla {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+
+  // recv [world, count] <- every rank's send [count].
+  virtual void all_gather(const void* send, void* recv, std::size_t count, DType dtype,
+                          Stream s) = 0;
+  // recv [count] <- sum over ranks of their send [world, count] chunk `rank` (f32).
+  virtual void reduce_scatter_sum(const float* send, float* recv, std::size_t count,
+                                  Stream s) = 0;
+  // recv [world, count] chunk r <- rank r's send chunk `rank`; send is [world, count].
+  virtual void all_to_all(const void* send, void* recv, std::size_t count, DType dtype,
+                          Stream s) = 0;
+};
+
+// W ranks as threads of one process, sharing host memory. Create one group, then one
+// communicator per rank; each rank's thread calls the collectives in the same order.
+class InProcessGroup {
+ public:
+  explicit InProcessGroup(int world);
+  int world() const { return world_; }
+
+ private:
+  friend class InProcessCommunicator;
+  int world_;
+  std::barrier<> barrier_;
+  std::vector<const void*> published_;
+};
+
+class InProcessCommunicator final : public Communicator {
+ public:
+  InProcessCommunicator(InProcessGroup& group, int rank);
+  int rank() const override { return rank_; }
+  int world() const override { return group_.world(); }
+  void all_gather(const void* send, void* recv, std::size_t count, DType dtype,
+                  Stream s) override;
+  void reduce_scatter_sum(const float* send, float* recv, std::size_t count, Stream s) override;
+  void all_to_all(const void* send, void* recv, std::size_t count, DType dtype,
+                  Stream s) override;
+
+ private:
+  // Publishes `send`, waits for every rank, runs `read` (which reads peers' buffers), waits again.
+  template <class Read>
+  void exchange(const void* send, Read read);
+  InProcessGroup& group_;
+  int rank_;
+};
+
+}  // namespace dcpmla

@@ -1,0 +1,57 @@
+// One DCP decode step of one rank: query all-gather over heads, local decode, combine.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "dcpmla/backend.h"
+#include "dcpmla/comm.h"
+#include "dcpmla/plan.h"
+
+namespace dcpmla {
+
+enum class Combine { ag_rs, a2a };
+const char* to_string(Combine c);
+Combine parse_combine(std::string_view text, const std::string& argument);
+
+// Buffers of one rank's step, allocated once through the backend and reused across steps.
+class DcpWorkspace {
+ public:
+  // Sized for up to max_rows query rows, heads_per_rank heads on each rank, and a plan whose
+  // decode workspace needs up to decode_bytes.
+  DcpWorkspace(Backend& backend, int world, std::int64_t max_rows, int heads_per_rank,
+               DType q_dtype, std::size_t decode_bytes);
+
+  int world;
+  std::int64_t max_rows;
+  int heads_per_rank;
+  DType q_dtype;
+  DeviceBuffer gathered_q;  // [W, N, Hl, 576]
+  DeviceBuffer q;           // [N, W*Hl, 576]
+  DeviceBuffer partial_out; // [N, W*Hl, 512] f32
+  DeviceBuffer partial_lse; // [N, W*Hl] f32
+  DeviceBuffer send_out;    // ag_rs: [W, N, Hl, 512] f32; a2a: [W, N, Hl, 513] f32 (O, LSE)
+  DeviceBuffer recv_out;    // ag_rs: [N, Hl, 512] f32;    a2a: [W, N, Hl, 513] f32
+  DeviceBuffer recv_lse;    // ag_rs: [W, N, W*Hl] f32 gathered LSE
+  DeviceBuffer decode;      // the plan's split-KV workspace
+};
+
+struct DcpStepArgs {
+  const Plan* plan = nullptr;  // this rank's plan (plan->config.sharding.rank == comm.rank())
+  TensorRef q_local;           // [N, Hl, 576]: this rank's heads of the query
+  KvCacheRef cache;            // this rank's cache
+  TensorRef block_table;       // [B, max_blocks] i32
+  TensorRef out;               // [N, Hl, 512] f32 or bf16: this rank's heads, combined
+  TensorRef lse;               // [N, Hl] f32
+  float softmax_scale = 0.0f;
+  float q_scale = 1.0f;
+  Combine combine = Combine::ag_rs;
+};
+
+// Runs on every rank of comm's group, in the same order. Everything is validated before any
+// collective starts, so a bad argument throws on its rank instead of hanging the others only if
+// every rank gets the same bad input (the usual case for a shared batch description).
+void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpStepArgs& args,
+              Stream s);
+
+}  // namespace dcpmla

@@ -1,0 +1,83 @@
+// The one merge algebra for partial attention results (SPEC section 5), used by split-KV merges,
+// the DCP combine and the online softmax, on the host and on the device.
+//
+// A partial result of one row and head is (O, L): O normalised over its keys, L = ln sum exp(s).
+// The empty state is (0, -inf). NaN and +inf LSE are treated as -inf, and a payload behind a zero
+// weight is never read into the sum, so garbage from empty shards cannot leak.
+#pragma once
+
+#include <cmath>
+
+#include "dcpmla/numeric.h"
+
+namespace dcpmla::merge {
+
+DCPMLA_HD float neg_inf() { return -INFINITY; }
+
+DCPMLA_HD float sanitize_lse(float l) { return (l != l || l == INFINITY) ? -INFINITY : l; }
+
+// Running max and sum of exp for merging lse values one at a time.
+struct LseAccumulator {
+  float m = -INFINITY;
+  float s = 0.0f;
+
+  DCPMLA_HD void add(float lse) {
+    lse = sanitize_lse(lse);
+    if (lse == -INFINITY) return;
+    if (lse > m) {
+      s = s * expf(m - lse) + 1.0f;  // expf(-inf) = 0 on the first term
+      m = lse;
+    } else {
+      s += expf(lse - m);
+    }
+  }
+  // ln sum exp(L_r); -inf when every term was empty.
+  DCPMLA_HD float lse() const { return s > 0.0f ? m + logf(s) : -INFINITY; }
+};
+
+// Weight w_r / S of a partial with lse `l` in a merge whose merged lse is `merged`; 0 if empty.
+DCPMLA_HD float weight(float l, float merged) {
+  l = sanitize_lse(l);
+  if (l == -INFINITY || merged == -INFINITY) return 0.0f;
+  return expf(l - merged);
+}
+
+// Merges n partials of one row and head: o[r * o_stride + d], lse[r * lse_stride].
+// out[d] = sum_r weight_r * o_r[d], skipping zero weights; returns the merged lse.
+template <class OutT, class Store>
+DCPMLA_HD float merge_partials(int n, const float* o, long o_stride, const float* lse,
+                               long lse_stride, int dim, OutT* out, Store store) {
+  LseAccumulator acc;
+  for (int r = 0; r < n; ++r) acc.add(lse[r * lse_stride]);
+  const float merged = acc.lse();
+  for (int d = 0; d < dim; ++d) {
+    float sum = 0.0f;
+    for (int r = 0; r < n; ++r) {
+      const float w = weight(lse[r * lse_stride], merged);
+      if (w != 0.0f) sum += w * o[r * o_stride + d];
+    }
+    out[d] = store(sum);
+  }
+  return merged;
+}
+
+// Online softmax state for one query row and head while keys stream by.
+struct OnlineSoftmax {
+  float m = -INFINITY;  // running max of scores
+  float s = 0.0f;       // running sum of exp(score - m)
+
+  // Folds in a tile whose max score is tile_max; returns the factor the accumulator must be
+  // multiplied by before adding the tile's exp(score - m) * v terms.
+  DCPMLA_HD float rescale_for(float tile_max) {
+    if (tile_max <= m) return 1.0f;
+    const float factor = (m == -INFINITY) ? 0.0f : expf(m - tile_max);
+    s *= factor;
+    m = tile_max;
+    return factor;
+  }
+  DCPMLA_HD bool empty() const { return s == 0.0f; }
+  DCPMLA_HD float lse() const { return s > 0.0f ? m + logf(s) : -INFINITY; }
+  DCPMLA_HD float inv_sum() const { return s > 0.0f ? 1.0f / s : 0.0f; }
+};
+
+}  // namespace dcpmla::merge

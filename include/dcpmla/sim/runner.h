@@ -1,0 +1,75 @@
+// Runs a scenario as a W-rank DCP step on any backend (ranks as threads, in-process collectives)
+// and compares with the double-precision reference.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dcpmla/backend.h"
+#include "dcpmla/dcp.h"
+#include "dcpmla/reference.h"
+#include "dcpmla/sim/scenario.h"
+
+namespace dcpmla::sim {
+
+using BackendFactory = std::function<std::unique_ptr<Backend>(int rank)>;
+
+struct RunOptions {
+  Combine combine = Combine::ag_rs;
+  PlanLimits limits;        // split-KV policy of every rank's plan
+  bool poison = true;       // fill every cache page with NaN before writing the KV
+  bool flatten = false;     // run the single-token-row view of the batch instead
+  bool see_future = false;  // negative control: every row bounded at T (mask = full)
+};
+
+struct RunResult {
+  std::vector<float> out;  // [rows, H, 512] as f32, heads assembled from all ranks
+  std::vector<float> lse;  // [rows, H]
+};
+
+// Writes every request's KV through the slot mapping into W rank caches (history first, then the
+// step's query tokens via step_slot_mapping), plans each rank and runs dcp_step on all ranks.
+RunResult run_dcp(const Scenario& scenario, const BackendFactory& make_backend,
+                  const RunOptions& options);
+
+// The reference on the values the caches and query actually hold (after quantisation).
+ReferenceResult run_reference(const Scenario& scenario);
+
+struct RequestError {
+  int q_len;
+  std::int64_t total_len;
+  double max_out_error;  // max |O - O_ref|
+  double max_lse_error;  // max |LSE - LSE_ref| over finite entries
+  bool empty_rows_exact; // rows the reference sees as empty are exactly O = 0, LSE = -inf
+  bool pass;
+};
+
+struct Tolerance {
+  double out;
+  double lse;
+};
+// O: the output is rounded to q_dtype (bf16: 2^-8 relative) on top of fp32 accumulation;
+// LSE is fp32 throughout.
+Tolerance tolerance_for(const ScenarioSpec& spec);
+
+struct Comparison {
+  std::vector<RequestError> requests;
+  bool padding_exact = true;  // padding rows are exactly O = 0, LSE = -inf
+  double max_out_error = 0;
+  double max_lse_error = 0;
+  bool pass = true;
+};
+Comparison compare(const Scenario& scenario, const RunResult& got, const ReferenceResult& want,
+                   Tolerance tol);
+
+// Largest |a - b| over O and LSE (with equal infinities counted as 0), and bit equality.
+struct Agreement {
+  double max_out_diff;
+  double max_lse_diff;
+  bool bit_identical;
+};
+Agreement agreement(const RunResult& a, const RunResult& b);
+
+}  // namespace dcpmla::sim

@@ -1,0 +1,47 @@
+// Random, realistic DCP + speculative-decoding problems: a ragged batch, its query, every
+// request's global latent KV, and the block tables of the rank caches. Shared by the demo, the
+// property tests and the benchmarks, for every backend.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "dcpmla/batch.h"
+#include "dcpmla/dcp.h"
+#include "dcpmla/plan.h"
+#include "dcpmla/types.h"
+
+namespace dcpmla::sim {
+
+struct ScenarioSpec {
+  int world = 2;
+  int interleave = 1;
+  int heads = 16;             // heads after the query all-gather; a multiple of world
+  int requests = 8;
+  int max_drafts = 7;         // Q_b = 1 + drafts, drafts drawn from 0..max_drafts
+  int block_size = 64;
+  std::int64_t max_context = 4096;  // T drawn log-uniformly from [Q, max_context]
+  bool short_request = true;  // make request 0 have T < W + Q (rows that see nothing on a rank)
+  double full_mask_fraction = 0.0;  // share of requests with a non-causal (full) mask
+  int padding_rows = 0;
+  int extra_blocks = 3;       // unused (poisoned) pages in every rank cache
+  DType kv_dtype = DType::bf16;
+  DType q_dtype = DType::bf16;     // f32 or bf16; also the output dtype
+  float k_scale = 0.0625f;         // used for fp8 caches only
+  float softmax_scale = 0.1352338f;
+  std::uint64_t seed = 1;
+};
+
+struct Scenario {
+  ScenarioSpec spec;
+  Batch batch;
+  std::int64_t num_blocks = 0;       // blocks in every rank cache
+  std::vector<float> q;              // [rows, H, 576], values exactly representable in q_dtype
+  std::vector<std::vector<float>> kv;  // per request [T_b, 576] latents before quantisation
+};
+
+// Throws Error on an inconsistent spec (heads not a multiple of world, ...).
+Scenario make_scenario(const ScenarioSpec& spec);
+
+}  // namespace dcpmla::sim

@@ -1,0 +1,99 @@
+#include <fmt/format.h>
+
+#include "dcpmla/dcp.h"
+#include "dcpmla/error.h"
+
+namespace dcpmla {
+
+const char* to_string(Combine c) { return c == Combine::ag_rs ? "ag_rs" : "a2a"; }
+
+Combine parse_combine(std::string_view text, const std::string& argument) {
+  if (text == "ag_rs") return Combine::ag_rs;
+  if (text == "a2a") return Combine::a2a;
+  throw Error(ErrorCode::invalid_argument, argument, "ag_rs or a2a",
+              "'" + std::string(text) + "'");
+}
+
+DcpWorkspace::DcpWorkspace(Backend& backend, int world_, std::int64_t max_rows_,
+                           int heads_per_rank_, DType q_dtype_, std::size_t decode_bytes)
+    : world(world_), max_rows(max_rows_), heads_per_rank(heads_per_rank_), q_dtype(q_dtype_) {
+  require(world >= 1, ErrorCode::invalid_argument, "world", ">= 1", std::to_string(world));
+  require(max_rows >= 0, ErrorCode::invalid_argument, "max_rows", ">= 0",
+          std::to_string(max_rows));
+  require(heads_per_rank >= 1, ErrorCode::invalid_argument, "heads_per_rank", ">= 1",
+          std::to_string(heads_per_rank));
+  const std::size_t W = world, N = max_rows, Hl = heads_per_rank, H = W * Hl;
+  gathered_q = DeviceBuffer(backend, W * N * Hl * kHeadDim * dtype_size(q_dtype));
+  q = DeviceBuffer(backend, N * H * kHeadDim * dtype_size(q_dtype));
+  partial_out = DeviceBuffer(backend, N * H * kLatentDim * 4);
+  partial_lse = DeviceBuffer(backend, N * H * 4);
+  send_out = DeviceBuffer(backend, W * N * Hl * kPackedRow * 4);
+  recv_out = DeviceBuffer(backend, W * N * Hl * kPackedRow * 4);
+  recv_lse = DeviceBuffer(backend, W * N * H * 4);
+  decode = DeviceBuffer(backend, decode_bytes);
+}
+
+void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpStepArgs& a,
+              Stream s) {
+  require(a.plan != nullptr, ErrorCode::invalid_argument, "plan", "a plan", "null");
+  const Plan& plan = *a.plan;
+  const auto& sh = plan.config.sharding;
+  const int W = comm.world();
+  require(sh.world == W, ErrorCode::inconsistent, "plan.config.sharding.world",
+          fmt::format("the communicator's world {}", W), std::to_string(sh.world));
+  require(sh.rank == comm.rank(), ErrorCode::inconsistent, "plan.config.sharding.rank",
+          fmt::format("the communicator's rank {}", comm.rank()), std::to_string(sh.rank));
+  const std::int64_t N = plan.num_rows, H = plan.config.num_heads;
+  require(H % W == 0, ErrorCode::shape_mismatch, "num_heads",
+          fmt::format("a multiple of world {} (the query is gathered over heads)", W),
+          std::to_string(H));
+  const std::int64_t Hl = H / W;
+  check_tensor(a.q_local, "q_local", {DType::f32, DType::bf16}, {N, Hl, kHeadDim});
+  check_tensor(a.out, "out", {DType::f32, DType::bf16}, {N, Hl, kLatentDim});
+  check_tensor(a.lse, "lse", DType::f32, {N, Hl});
+  require(ws.world == W && ws.heads_per_rank == Hl && ws.q_dtype == a.q_local.dtype,
+          ErrorCode::inconsistent, "workspace",
+          fmt::format("world {}, {} heads per rank, q dtype {}", W, Hl, to_string(a.q_local.dtype)),
+          fmt::format("world {}, {} heads per rank, q dtype {}", ws.world, ws.heads_per_rank,
+                      to_string(ws.q_dtype)));
+  require(N <= ws.max_rows, ErrorCode::shape_mismatch, "workspace.max_rows",
+          fmt::format(">= {} rows", N), std::to_string(ws.max_rows));
+
+  const DType qt = a.q_local.dtype;
+  const TensorRef gathered = ws.gathered_q.tensor(qt, {W, N, Hl, kHeadDim});
+  const TensorRef q = ws.q.tensor(qt, {N, H, kHeadDim});
+  const TensorRef partial_out = ws.partial_out.tensor(DType::f32, {N, H, kLatentDim});
+  const TensorRef partial_lse = ws.partial_lse.tensor(DType::f32, {N, H});
+  DecodeArgs decode{&plan,        q, a.cache, a.block_table, partial_out, partial_lse,
+                    a.softmax_scale, a.q_scale,
+                    ws.decode.tensor(DType::fp8_e4m3, {std::int64_t(ws.decode.bytes())})};
+  // Every check happens before the first collective, so bad input cannot leave peers waiting
+  // in a collective this rank never joins (when all ranks see the same bad input).
+  validate(decode);
+  require(decode_workspace_bytes(plan) <= ws.decode.bytes(), ErrorCode::shape_mismatch,
+          "workspace.decode", fmt::format(">= {} bytes", decode_workspace_bytes(plan)),
+          std::to_string(ws.decode.bytes()));
+
+  comm.all_gather(a.q_local.data, gathered.data, std::size_t(N * Hl * kHeadDim), qt, s);
+  backend.unpack_query({gathered, q}, s);
+  backend.decode(decode, s);
+
+  if (a.combine == Combine::ag_rs) {
+    const TensorRef all_lse = ws.recv_lse.tensor(DType::f32, {W, N, H});
+    const TensorRef send = ws.send_out.tensor(DType::f32, {W, N, Hl, kLatentDim});
+    const TensorRef summed = ws.recv_out.tensor(DType::f32, {N, Hl, kLatentDim});
+    comm.all_gather(partial_lse.data, all_lse.data, std::size_t(N * H), DType::f32, s);
+    backend.combine_rescale({W, sh.rank, all_lse, partial_out, send, a.lse}, s);
+    comm.reduce_scatter_sum(send.as<const float>(), summed.as<float>(),
+                            std::size_t(N * Hl * kLatentDim), s);
+    backend.convert({summed, a.out}, s);
+  } else {
+    const TensorRef send = ws.send_out.tensor(DType::f32, {W, N, Hl, kPackedRow});
+    const TensorRef recv = ws.recv_out.tensor(DType::f32, {W, N, Hl, kPackedRow});
+    backend.combine_pack({W, partial_out, partial_lse, send}, s);
+    comm.all_to_all(send.data, recv.data, std::size_t(N * Hl * kPackedRow), DType::f32, s);
+    backend.combine_merge({recv, a.out, a.lse}, s);
+  }
+}
+
+}  // namespace dcpmla

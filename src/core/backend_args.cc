@@ -1,0 +1,146 @@
+// Validation of every backend argument struct: one place, run before any output is written.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "dcpmla/backend.h"
+#include "dcpmla/error.h"
+
+namespace dcpmla {
+namespace {
+
+void require_world_divides_heads(int world, std::int64_t heads, const std::string& argument) {
+  require(world >= 1, ErrorCode::invalid_argument, "world", ">= 1", std::to_string(world));
+  require(heads % world == 0, ErrorCode::shape_mismatch, argument,
+          fmt::format("a head count divisible by world {}", world), std::to_string(heads));
+}
+
+std::int64_t dim(const TensorRef& t, std::size_t i) { return i < t.shape.size() ? t.shape[i] : -1; }
+
+}  // namespace
+
+void validate(const KvWriteArgs& a) {
+  validate_cache(a.cache, "cache");
+  const auto n = dim(a.latents, 0);
+  check_tensor(a.latents, "latents", {DType::f32, DType::bf16}, {n, kHeadDim});
+  check_tensor(a.slots, "slots", DType::i64, {n});
+  const auto capacity = a.cache.num_blocks * a.cache.block_size;
+  const auto* slots = a.slots.as<const std::int64_t>();
+  for (std::int64_t i = 0; i < n; ++i) {
+    require(slots[i] >= -1 && slots[i] < capacity, ErrorCode::out_of_range,
+            fmt::format("slots[{}]", i), fmt::format("-1 or a slot in [0, {})", capacity),
+            std::to_string(slots[i]));
+  }
+}
+
+void validate(const DecodeArgs& a) {
+  require(a.plan != nullptr, ErrorCode::invalid_argument, "plan", "a plan", "null");
+  const Plan& p = *a.plan;
+  const auto rows = p.num_rows;
+  const auto H = std::int64_t(p.config.num_heads);
+  validate_cache(a.cache, "cache");
+  require(a.cache.block_size == p.config.block_size, ErrorCode::inconsistent, "cache.block_size",
+          fmt::format("the plan's block_size {}", p.config.block_size),
+          std::to_string(a.cache.block_size));
+  require(a.cache.num_blocks == p.config.num_blocks, ErrorCode::inconsistent, "cache.num_blocks",
+          fmt::format("the plan's num_blocks {}", p.config.num_blocks),
+          std::to_string(a.cache.num_blocks));
+  require(dim(a.q, 0) == rows, ErrorCode::shape_mismatch, "q",
+          fmt::format("{} rows (the batch's query_start_loc and padding)", rows),
+          fmt::format("{} rows", dim(a.q, 0)));
+  check_tensor(a.q, "q", {DType::f32, DType::bf16}, {rows, H, kHeadDim});
+  check_tensor(a.block_table, "block_table", DType::i32,
+               {p.num_requests, dim(a.block_table, 1)});
+  check_tensor(a.out, "out", {DType::f32, a.q.dtype}, {rows, H, kLatentDim});
+  check_tensor(a.lse, "lse", DType::f32, {rows, H});
+  require(std::isfinite(a.softmax_scale) && a.softmax_scale > 0.0f, ErrorCode::invalid_argument,
+          "softmax_scale", "finite and > 0", fmt::format("{}", a.softmax_scale));
+  require(std::isfinite(a.q_scale) && a.q_scale > 0.0f, ErrorCode::invalid_argument, "q_scale",
+          "finite and > 0", fmt::format("{}", a.q_scale));
+  const auto need = decode_workspace_bytes(p);
+  require(a.workspace.bytes() >= need && (need == 0 || a.workspace.data != nullptr),
+          ErrorCode::shape_mismatch, "workspace",
+          fmt::format(">= {} bytes (decode_workspace_bytes)", need),
+          fmt::format("{} bytes", a.workspace.bytes()));
+}
+
+void validate(const CombineRescaleArgs& a) {
+  require(a.rank >= 0 && a.rank < a.world, ErrorCode::out_of_range, "rank",
+          fmt::format("in [0, {})", a.world), std::to_string(a.rank));
+  const auto N = dim(a.partial_out, 0), H = dim(a.partial_out, 1);
+  require_world_divides_heads(a.world, H, "partial_out");
+  const auto W = std::int64_t(a.world), Hl = H / W;
+  check_tensor(a.partial_out, "partial_out", DType::f32, {N, H, kLatentDim});
+  check_tensor(a.gathered_lse, "gathered_lse", DType::f32, {W, N, H});
+  check_tensor(a.send, "send", DType::f32, {W, N, Hl, kLatentDim});
+  check_tensor(a.lse_out, "lse_out", DType::f32, {N, Hl});
+}
+
+void validate(const CombinePackArgs& a) {
+  const auto N = dim(a.partial_out, 0), H = dim(a.partial_out, 1);
+  require_world_divides_heads(a.world, H, "partial_out");
+  const auto W = std::int64_t(a.world), Hl = H / W;
+  check_tensor(a.partial_out, "partial_out", DType::f32, {N, H, kLatentDim});
+  check_tensor(a.partial_lse, "partial_lse", DType::f32, {N, H});
+  check_tensor(a.send, "send", DType::f32, {W, N, Hl, kPackedRow});
+}
+
+void validate(const CombineMergeArgs& a) {
+  const auto W = dim(a.recv, 0), N = dim(a.recv, 1), Hl = dim(a.recv, 2);
+  check_tensor(a.recv, "recv", DType::f32, {W, N, Hl, kPackedRow});
+  check_tensor(a.out, "out", {DType::f32, DType::bf16}, {N, Hl, kLatentDim});
+  check_tensor(a.lse, "lse", DType::f32, {N, Hl});
+}
+
+void validate(const UnpackQueryArgs& a) {
+  const auto W = dim(a.gathered, 0), N = dim(a.gathered, 1), Hl = dim(a.gathered, 2);
+  check_tensor(a.gathered, "gathered", {DType::f32, DType::bf16}, {W, N, Hl, kHeadDim});
+  check_tensor(a.q, "q", a.gathered.dtype, {N, W * Hl, kHeadDim});
+}
+
+void validate(const ConvertArgs& a) {
+  require(a.src.dtype == DType::f32, ErrorCode::dtype_mismatch, "src", "dtype fp32",
+          to_string(a.src.dtype));
+  require(a.src.data != nullptr || a.src.numel() == 0, ErrorCode::invalid_argument, "src",
+          "a non-null buffer", "null");
+  require(a.dst.numel() == a.src.numel(), ErrorCode::shape_mismatch, "dst",
+          fmt::format("{} elements", a.src.numel()), std::to_string(a.dst.numel()));
+  require(a.dst.dtype == DType::f32 || a.dst.dtype == DType::bf16, ErrorCode::dtype_mismatch,
+          "dst", "fp32 or bf16", to_string(a.dst.dtype));
+  require(a.dst.data != nullptr || a.dst.numel() == 0, ErrorCode::invalid_argument, "dst",
+          "a non-null buffer", "null");
+}
+
+DeviceBuffer::DeviceBuffer(Backend& backend, std::size_t bytes)
+    : backend_(&backend), data_(bytes ? backend.allocate(bytes) : nullptr), bytes_(bytes) {}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
+    : backend_(o.backend_), data_(o.data_), bytes_(o.bytes_) {
+  o.data_ = nullptr;
+  o.bytes_ = 0;
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    if (data_) backend_->deallocate(data_);
+    backend_ = o.backend_;
+    data_ = o.data_;
+    bytes_ = o.bytes_;
+    o.data_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (data_) backend_->deallocate(data_);
+}
+
+TensorRef DeviceBuffer::tensor(DType t, std::vector<std::int64_t> shape) const {
+  TensorRef ref(data_, t, std::move(shape));
+  require(ref.bytes() <= bytes_, ErrorCode::shape_mismatch, "buffer view",
+          fmt::format("<= {} bytes", bytes_), fmt::format("{} bytes", ref.bytes()));
+  return ref;
+}
+
+}  // namespace dcpmla

@@ -1,0 +1,173 @@
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "dcpmla/error.h"
+#include "dcpmla/plan.h"
+#include "dcpmla/types.h"
+
+namespace dcpmla {
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+void validate_config(const PlanConfig& config) {
+  require(config.block_size >= 1, ErrorCode::invalid_argument, "block_size", ">= 1",
+          std::to_string(config.block_size));
+  config.sharding.validate(config.block_size);
+  require(config.num_heads >= 1, ErrorCode::invalid_argument, "num_heads", ">= 1",
+          std::to_string(config.num_heads));
+  require(config.num_blocks >= 1, ErrorCode::invalid_argument, "num_blocks", ">= 1",
+          std::to_string(config.num_blocks));
+  const auto& lim = config.limits;
+  require(lim.kv_chunk_blocks >= 0, ErrorCode::invalid_argument, "limits.kv_chunk_blocks",
+          ">= 0 (0 = automatic)", std::to_string(lim.kv_chunk_blocks));
+  require(lim.target_work_items >= 0, ErrorCode::invalid_argument, "limits.target_work_items",
+          ">= 0 (0 = no split)", std::to_string(lim.target_work_items));
+  require(lim.min_chunk_blocks >= 1, ErrorCode::invalid_argument, "limits.min_chunk_blocks",
+          ">= 1", std::to_string(lim.min_chunk_blocks));
+}
+
+void validate_requests(const Batch& batch, const PlanConfig& config) {
+  const auto& qsl = batch.query_start_loc;
+  const std::size_t B = batch.total_len.size();
+  require(qsl.size() == B + 1, ErrorCode::shape_mismatch, "query_start_loc",
+          fmt::format("{} entries (total_len describes {} requests)", B + 1, B),
+          std::to_string(qsl.size()));
+  require(qsl[0] == 0, ErrorCode::inconsistent, "query_start_loc[0]", "0",
+          std::to_string(qsl[0]));
+  for (std::size_t b = 0; b < B; ++b) {
+    require(qsl[b + 1] > qsl[b], ErrorCode::inconsistent,
+            fmt::format("query_start_loc[{}]", b + 1),
+            fmt::format("> query_start_loc[{}] = {} (every request has Q >= 1)", b, qsl[b]),
+            std::to_string(qsl[b + 1]));
+  }
+  require(batch.mask.empty() || batch.mask.size() == B, ErrorCode::shape_mismatch, "mask",
+          fmt::format("0 or {} entries", B), std::to_string(batch.mask.size()));
+  require(batch.num_tokens == -1 || batch.num_tokens >= batch.real_tokens(),
+          ErrorCode::inconsistent, "num_tokens",
+          fmt::format("-1 or >= query_start_loc[B] = {}", batch.real_tokens()),
+          std::to_string(batch.num_tokens));
+  constexpr std::int64_t kMaxLen = std::numeric_limits<std::int32_t>::max();
+  for (std::size_t b = 0; b < B; ++b) {
+    const int Q = batch.q_len(int(b));
+    const auto T = batch.total_len[b];
+    require(T >= Q, ErrorCode::inconsistent, fmt::format("total_len[{}]", b),
+            fmt::format(">= its {} query tokens (T includes them)", Q), std::to_string(T));
+    require(T <= kMaxLen, ErrorCode::out_of_range, fmt::format("total_len[{}]", b),
+            fmt::format("<= {}", kMaxLen), std::to_string(T));
+  }
+}
+
+void validate_block_table(const Batch& batch, const PlanConfig& config) {
+  const std::size_t B = batch.total_len.size();
+  require(batch.max_blocks >= 0, ErrorCode::invalid_argument, "max_blocks", ">= 0",
+          std::to_string(batch.max_blocks));
+  require(batch.block_table.size() == B * std::size_t(batch.max_blocks), ErrorCode::shape_mismatch,
+          "block_table", fmt::format("{} x {} = {} entries", B, batch.max_blocks,
+                                     B * std::size_t(batch.max_blocks)),
+          std::to_string(batch.block_table.size()));
+  const auto& sh = config.sharding;
+  for (std::size_t b = 0; b < B; ++b) {
+    const auto local = sh.local_len(batch.total_len[b]);
+    const auto needed = ceil_div(local, config.block_size);
+    require(needed <= batch.max_blocks, ErrorCode::shape_mismatch,
+            fmt::format("block_table row {}", b),
+            fmt::format(">= {} blocks ({} local tokens of T = {} on rank {})", needed, local,
+                        batch.total_len[b], sh.rank),
+            fmt::format("{} columns", batch.max_blocks));
+    const auto row = batch.block_row(int(b));
+    for (std::int64_t i = 0; i < needed; ++i) {
+      require(row[i] >= 0 && row[i] < config.num_blocks, ErrorCode::out_of_range,
+              fmt::format("block_table[{}][{}]", b, i),
+              fmt::format("a block id in [0, {})", config.num_blocks), std::to_string(row[i]));
+    }
+  }
+}
+
+// Chunk size in blocks that cuts the batch's KV into about target_work_items pieces.
+std::int64_t choose_chunk_blocks(const PlanLimits& lim, std::int64_t total_blocks) {
+  if (lim.kv_chunk_blocks > 0) return lim.kv_chunk_blocks;
+  if (lim.target_work_items == 0) return std::numeric_limits<std::int32_t>::max();
+  return std::max<std::int64_t>(lim.min_chunk_blocks,
+                                ceil_div(std::max<std::int64_t>(total_blocks, 1),
+                                         lim.target_work_items));
+}
+
+}  // namespace
+
+void validate_batch(const Batch& batch, const PlanConfig& config) {
+  validate_config(config);
+  validate_requests(batch, config);
+  validate_block_table(batch, config);
+}
+
+Plan make_plan(const Batch& batch, const PlanConfig& config) {
+  validate_batch(batch, config);
+  const auto& sh = config.sharding;
+  const int B = batch.num_requests();
+  const int bs = config.block_size;
+
+  Plan plan;
+  plan.config = config;
+  plan.num_requests = B;
+  plan.num_rows = batch.rows();
+  plan.num_real_rows = batch.real_tokens();
+  plan.row_request.assign(std::size_t(plan.num_rows), -1);
+  plan.row_global_bound.assign(std::size_t(plan.num_rows), 0);
+  plan.row_local_bound.assign(std::size_t(plan.num_rows), 0);
+  plan.request_local_len.resize(std::size_t(B));
+
+  std::int64_t total_blocks = 0;
+  for (int b = 0; b < B; ++b) {
+    const int Q = batch.q_len(b);
+    const auto T = batch.total_len[b];
+    const auto local = sh.local_len(T);
+    plan.max_q = std::max(plan.max_q, Q);
+    plan.request_local_len[b] = std::int32_t(local);
+    plan.max_local_len = std::max(plan.max_local_len, std::int32_t(local));
+    total_blocks += ceil_div(local, bs);
+    for (int j = 0; j < Q; ++j) {
+      const std::size_t i = std::size_t(batch.query_start_loc[b]) + j;
+      const auto bound = row_global_bound(T, Q, j, batch.mask_of(b));
+      plan.row_request[i] = b;
+      plan.row_global_bound[i] = bound;
+      // The visible prefix is local_len of the row's own global bound, never local(T) - offset.
+      plan.row_local_bound[i] = std::int32_t(std::min(local, sh.local_len(bound)));
+    }
+  }
+  plan.uniform = plan.num_real_rows == std::int64_t(B) * plan.max_q;
+
+  const std::int64_t chunk_tokens = choose_chunk_blocks(config.limits, total_blocks) * bs;
+  plan.work.reserve(std::size_t(B));
+  for (int b = 0; b < B; ++b) {
+    const std::int32_t row_begin = batch.query_start_loc[b];
+    const std::int32_t Q = batch.q_len(b);
+    const std::int64_t local = plan.request_local_len[b];
+    const std::int64_t splits = std::max<std::int64_t>(1, ceil_div(local, chunk_tokens));
+    if (splits == 1) {
+      plan.work.push_back({b, row_begin, Q, 0, std::int32_t(local), -1});
+      continue;
+    }
+    const auto first = std::int32_t(plan.num_partial_rows);
+    for (std::int64_t s = 0; s < splits; ++s) {
+      const auto begin = s * chunk_tokens;
+      const auto end = std::min(local, begin + chunk_tokens);
+      plan.work.push_back({b, row_begin, Q, std::int32_t(begin), std::int32_t(end),
+                           std::int32_t(first + s * Q)});
+    }
+    plan.merges.push_back({b, row_begin, Q, std::int32_t(splits), first});
+    plan.num_partial_rows += splits * Q;
+  }
+  return plan;
+}
+
+std::size_t decode_workspace_bytes(const Plan& plan) {
+  const auto rows = std::size_t(plan.num_partial_rows);
+  const auto H = std::size_t(plan.config.num_heads);
+  return rows * H * (kLatentDim + 1) * sizeof(float);
+}
+
+}  // namespace dcpmla

@@ -1,0 +1,39 @@
+#include "dcpmla/sharding.h"
+
+#include <algorithm>
+#include <string>
+
+#include "dcpmla/error.h"
+
+namespace dcpmla {
+
+void Sharding::validate(int block_size) const {
+  require(world >= 1, ErrorCode::invalid_argument, "world", ">= 1", std::to_string(world));
+  require(rank >= 0 && rank < world, ErrorCode::out_of_range, "rank",
+          "in [0, " + std::to_string(world) + ")", std::to_string(rank));
+  require(interleave >= 1, ErrorCode::invalid_argument, "interleave", ">= 1",
+          std::to_string(interleave));
+  require(block_size >= 1, ErrorCode::invalid_argument, "block_size", ">= 1",
+          std::to_string(block_size));
+  require(block_size % interleave == 0, ErrorCode::invalid_argument, "interleave",
+          "a divisor of block_size " + std::to_string(block_size), std::to_string(interleave));
+}
+
+std::int64_t Sharding::local_len_of(int r, std::int64_t L) const {
+  const std::int64_t span = std::int64_t(world) * interleave;
+  const std::int64_t rem = L % span - std::int64_t(r) * interleave;
+  return (L / span) * interleave + std::clamp<std::int64_t>(rem, 0, interleave);
+}
+
+std::int64_t Sharding::slot(std::int64_t p, std::span<const std::int32_t> block_table_row,
+                            int block_size) const {
+  if (owner(p) != rank) return -1;
+  const std::int64_t li = local_index(p);
+  const std::int64_t block = li / block_size;
+  require(block < std::int64_t(block_table_row.size()), ErrorCode::shape_mismatch,
+          "block_table row", "at least " + std::to_string(block + 1) + " blocks",
+          std::to_string(block_table_row.size()));
+  return std::int64_t(block_table_row[block]) * block_size + li % block_size;
+}
+
+}  // namespace dcpmla

@@ -1,0 +1,114 @@
+#include "combine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "dcpmla/merge.h"
+#include "elements.h"
+
+namespace dcpmla::cpu {
+
+void write_kv(const KvWriteArgs& a) {
+  validate(a);
+  const auto n = a.latents.shape[0];
+  const auto* slots = a.slots.as<const std::int64_t>();
+  const std::size_t in_elem = dtype_size(a.latents.dtype);
+  const std::size_t out_elem = dtype_size(a.cache.dtype);
+  // The cache stores x / k_scale for fp8 (k_scale is 1 for other dtypes).
+  const float inv_scale = 1.0f / a.cache.k_scale;
+  float row[kHeadDim];
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (slots[i] < 0) continue;
+    load_f32(a.latents.as<const std::uint8_t>() + std::size_t(i) * kHeadDim * in_elem,
+             a.latents.dtype, kHeadDim, 1.0f, row);
+    store_f32(row, kHeadDim, inv_scale, a.cache.dtype,
+              static_cast<std::uint8_t*>(a.cache.data) + std::size_t(slots[i]) * kHeadDim * out_elem);
+  }
+}
+
+void unpack_query(ThreadPool& pool, const UnpackQueryArgs& a) {
+  validate(a);
+  const auto W = a.gathered.shape[0], N = a.gathered.shape[1], Hl = a.gathered.shape[2];
+  const std::size_t chunk = std::size_t(Hl) * kHeadDim * dtype_size(a.q.dtype);
+  const auto* src = a.gathered.as<const std::uint8_t>();
+  auto* dst = a.q.as<std::uint8_t>();
+  // gathered[w, n] (Hl heads) -> q[n, w * Hl .. (w + 1) * Hl)
+  pool.parallel_for(N, [&](std::int64_t n, int) {
+    for (std::int64_t w = 0; w < W; ++w) {
+      std::memcpy(dst + (std::size_t(n) * W + w) * chunk, src + (std::size_t(w) * N + n) * chunk,
+                  chunk);
+    }
+  });
+}
+
+void combine_rescale(ThreadPool& pool, const CombineRescaleArgs& a) {
+  validate(a);
+  const std::int64_t W = a.world, N = a.partial_out.shape[0], H = a.partial_out.shape[1];
+  const std::int64_t Hl = H / W;
+  const auto* glse = a.gathered_lse.as<const float>();  // [W, N, H]
+  const auto* po = a.partial_out.as<const float>();     // [N, H, 512]
+  auto* send = a.send.as<float>();                      // [W, N, Hl, 512]
+  auto* lse_out = a.lse_out.as<float>();                // [N, Hl]
+  pool.parallel_for(N, [&](std::int64_t n, int) {
+    for (std::int64_t h = 0; h < H; ++h) {
+      merge::LseAccumulator acc;
+      for (std::int64_t r = 0; r < W; ++r) acc.add(glse[(r * N + n) * H + h]);
+      const float merged = acc.lse();
+      const float w = merge::weight(glse[(a.rank * N + n) * H + h], merged);
+      const std::int64_t dest = h / Hl, hl = h % Hl;
+      float* dst = send + ((dest * N + n) * Hl + hl) * kLatentDim;
+      const float* src = po + (n * H + h) * kLatentDim;
+      // A zero weight writes zeros, never 0 * payload (the payload may be NaN).
+      if (w == 0.0f) {
+        std::fill_n(dst, kLatentDim, 0.0f);
+      } else {
+        for (int d = 0; d < kLatentDim; ++d) dst[d] = w * src[d];
+      }
+      if (dest == a.rank) lse_out[n * Hl + hl] = merged;
+    }
+  });
+}
+
+void combine_pack(ThreadPool& pool, const CombinePackArgs& a) {
+  validate(a);
+  const std::int64_t W = a.world, N = a.partial_out.shape[0], H = a.partial_out.shape[1];
+  const std::int64_t Hl = H / W;
+  const auto* po = a.partial_out.as<const float>();
+  const auto* pl = a.partial_lse.as<const float>();
+  auto* send = a.send.as<float>();
+  pool.parallel_for(N, [&](std::int64_t n, int) {
+    for (std::int64_t h = 0; h < H; ++h) {
+      float* dst = send + (((h / Hl) * N + n) * Hl + h % Hl) * kPackedRow;
+      std::memcpy(dst, po + (n * H + h) * kLatentDim, kLatentDim * sizeof(float));
+      dst[kLatentDim] = pl[n * H + h];
+    }
+  });
+}
+
+void combine_merge(ThreadPool& pool, const CombineMergeArgs& a) {
+  validate(a);
+  const std::int64_t W = a.recv.shape[0], N = a.recv.shape[1], Hl = a.recv.shape[2];
+  const auto* recv = a.recv.as<const float>();
+  const long peer_stride = long(N * Hl * kPackedRow);
+  const std::size_t elem = dtype_size(a.out.dtype);
+  pool.parallel_for(N, [&](std::int64_t n, int) {
+    float merged[kLatentDim];
+    for (std::int64_t h = 0; h < Hl; ++h) {
+      const std::int64_t i = n * Hl + h;
+      const float* first = recv + i * kPackedRow;
+      a.lse.as<float>()[i] =
+          merge::merge_partials(int(W), first, peer_stride, first + kLatentDim, peer_stride,
+                                kLatentDim, merged, [](float x) { return x; });
+      store_f32(merged, kLatentDim, 1.0f, a.out.dtype,
+                a.out.as<std::uint8_t>() + std::size_t(i) * kLatentDim * elem);
+    }
+  });
+}
+
+void convert(const ConvertArgs& a) {
+  validate(a);
+  store_f32(a.src.as<const float>(), a.src.numel(), 1.0f, a.dst.dtype, a.dst.data);
+}
+
+}  // namespace dcpmla::cpu
