@@ -21,7 +21,10 @@ struct KvWriteArgs {
   TensorRef slots;    // [n] i64: cache slot (block * block_size + offset) or -1 to skip
   KvCacheRef cache;
 };
+// Shapes and dtypes only (the slots may live in device memory).
 void validate(const KvWriteArgs& args);
+// Every slot is -1 or inside the cache; for slots in host memory.
+void validate_slot_values(const KvWriteArgs& args);
 
 struct DecodeArgs {
   const Plan* plan = nullptr;
@@ -94,6 +97,10 @@ class Backend {
   virtual void upload(void* dst, const void* host_src, std::size_t bytes, Stream s) = 0;
   virtual void download(void* host_dst, const void* src, std::size_t bytes, Stream s) = 0;
   virtual void synchronize(Stream s) = 0;
+  // dst <- src, both in this backend's memory.
+  virtual void copy(void* dst, const void* src, std::size_t bytes, Stream s) = 0;
+  // dst[i] += src[i] for i < count, both f32 in this backend's memory.
+  virtual void accumulate(float* dst, const float* src, std::size_t count, Stream s) = 0;
 
   virtual void write_kv(const KvWriteArgs& args, Stream s) = 0;
   virtual void decode(const DecodeArgs& args, Stream s) = 0;

@@ -29,8 +29,11 @@ class Communicator {
                           Stream s) = 0;
 };
 
-// W ranks as threads of one process, sharing host memory. Create one group, then one
-// communicator per rank; each rank's thread calls the collectives in the same order.
+// W ranks as threads of one process whose buffers all live in one address space (host memory, or
+// one GPU's memory for ranks simulated on one device). Create one group, then one communicator
+// per rank; each rank's thread calls the collectives in the same order. Data moves through the
+// rank's backend (copy / accumulate), or plain host memcpy and loops when no backend is given.
+// The barriers make every call synchronous: this is the simulation vehicle, not a fast path.
 class InProcessGroup {
  public:
   explicit InProcessGroup(int world);
@@ -45,7 +48,7 @@ class InProcessGroup {
 
 class InProcessCommunicator final : public Communicator {
  public:
-  InProcessCommunicator(InProcessGroup& group, int rank);
+  InProcessCommunicator(InProcessGroup& group, int rank, Backend* memory = nullptr);
   int rank() const override { return rank_; }
   int world() const override { return group_.world(); }
   void all_gather(const void* send, void* recv, std::size_t count, DType dtype,
@@ -57,9 +60,11 @@ class InProcessCommunicator final : public Communicator {
  private:
   // Publishes `send`, waits for every rank, runs `read` (which reads peers' buffers), waits again.
   template <class Read>
-  void exchange(const void* send, Read read);
+  void exchange(const void* send, Stream s, Read read);
+  void copy(void* dst, const void* src, std::size_t bytes, Stream s);
   InProcessGroup& group_;
   int rank_;
+  Backend* memory_;
 };
 
 }  // namespace dcpmla

@@ -19,11 +19,8 @@ std::int64_t dim(const TensorRef& t, std::size_t i) { return i < t.shape.size() 
 
 }  // namespace
 
-void validate(const KvWriteArgs& a) {
-  validate_cache(a.cache, "cache");
-  const auto n = dim(a.latents, 0);
-  check_tensor(a.latents, "latents", {DType::f32, DType::bf16}, {n, kHeadDim});
-  check_tensor(a.slots, "slots", DType::i64, {n});
+void validate_slot_values(const KvWriteArgs& a) {
+  const auto n = a.slots.shape[0];
   const auto capacity = a.cache.num_blocks * a.cache.block_size;
   const auto* slots = a.slots.as<const std::int64_t>();
   for (std::int64_t i = 0; i < n; ++i) {
@@ -31,6 +28,13 @@ void validate(const KvWriteArgs& a) {
             fmt::format("slots[{}]", i), fmt::format("-1 or a slot in [0, {})", capacity),
             std::to_string(slots[i]));
   }
+}
+
+void validate(const KvWriteArgs& a) {
+  validate_cache(a.cache, "cache");
+  const auto n = dim(a.latents, 0);
+  check_tensor(a.latents, "latents", {DType::f32, DType::bf16}, {n, kHeadDim});
+  check_tensor(a.slots, "slots", DType::i64, {n});
 }
 
 void validate(const DecodeArgs& a) {

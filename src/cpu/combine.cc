@@ -11,6 +11,7 @@ namespace dcpmla::cpu {
 
 void write_kv(const KvWriteArgs& a) {
   validate(a);
+  validate_slot_values(a);
   const auto n = a.latents.shape[0];
   const auto* slots = a.slots.as<const std::int64_t>();
   const std::size_t in_elem = dtype_size(a.latents.dtype);

@@ -32,6 +32,12 @@ class CpuBackend final : public Backend {
     std::memcpy(dst, src, bytes);
   }
   void synchronize(Stream) override {}
+  void copy(void* dst, const void* src, std::size_t bytes, Stream) override {
+    std::memcpy(dst, src, bytes);
+  }
+  void accumulate(float* dst, const float* src, std::size_t count, Stream) override {
+    for (std::size_t i = 0; i < count; ++i) dst[i] += src[i];
+  }
 
   void write_kv(const KvWriteArgs& a, Stream) override { cpu::write_kv(a); }
   void decode(const DecodeArgs& a, Stream) override { cpu::decode(pool_, a); }

@@ -180,7 +180,7 @@ RunResult run_dcp(const Scenario& sc, const BackendFactory& make_backend, const 
   for (int r = 0; r < spec.world; ++r) {
     threads.emplace_back([&, r] {
       try {
-        InProcessCommunicator comm(group, r);
+        InProcessCommunicator comm(group, r, backends[r].get());
         run_rank(r, sc, run_batch, *backends[r], comm, opt, result);
       } catch (...) {
         errors[r] = std::current_exception();
