@@ -29,25 +29,32 @@ int run_demo(DemoOptions o) {
   const Combine combine = parse_combine(o.combine, "--combine");
   const sim::Scenario sc = sim::make_scenario(spec);
 
-  const int per_rank = std::max(1, (o.threads > 0 ? o.threads : int(std::thread::hardware_concurrency())) / spec.world);
+  const int per_rank = std::max(
+      1, (o.threads > 0 ? o.threads : int(std::thread::hardware_concurrency())) / spec.world);
   const sim::BackendFactory cpu = [&](int) { return make_cpu_backend(per_rank); };
   sim::RunOptions run;
   run.combine = combine;
   run.limits.target_work_items = cpu_target_work_items(per_rank);
 
-  fmt::print("dcpmla demo: W={} I={} H={} requests={} max drafts={} block size={} kv {} q/out {} "
-             "combine {} seed {}\n",
-             spec.world, spec.interleave, spec.heads, spec.requests, spec.max_drafts,
-             spec.block_size, to_string(spec.kv_dtype), to_string(spec.q_dtype),
-             to_string(combine), spec.seed);
-  fmt::print("batch: {} tokens in {} requests ({}), {} cache blocks per rank, unused pages NaN, "
-             "block ids permuted\n",
-             sc.batch.real_tokens(), sc.batch.num_requests(),
-             sc.batch.real_tokens() == std::int64_t(sc.batch.num_requests()) *
-                                           [&] { int m = 0; for (int b = 0; b < sc.batch.num_requests(); ++b) m = std::max(m, sc.batch.q_len(b)); return m; }()
-                 ? "uniform"
-                 : "ragged",
-             sc.num_blocks);
+  fmt::print(
+      "dcpmla demo: W={} I={} H={} requests={} max drafts={} block size={} kv {} q/out {} "
+      "combine {} seed {}\n",
+      spec.world, spec.interleave, spec.heads, spec.requests, spec.max_drafts, spec.block_size,
+      to_string(spec.kv_dtype), to_string(spec.q_dtype), to_string(combine), spec.seed);
+  fmt::print(
+      "batch: {} tokens in {} requests ({}), {} cache blocks per rank, unused pages NaN, "
+      "block ids permuted\n",
+      sc.batch.real_tokens(), sc.batch.num_requests(),
+      sc.batch.real_tokens() == std::int64_t(sc.batch.num_requests()) *
+                                    [&] {
+                                      int m = 0;
+                                      for (int b = 0; b < sc.batch.num_requests(); ++b)
+                                        m = std::max(m, sc.batch.q_len(b));
+                                      return m;
+                                    }()
+          ? "uniform"
+          : "ragged",
+      sc.num_blocks);
 
   const auto got = sim::run_dcp(sc, cpu, run);
   const auto want = sim::run_reference(sc);
@@ -71,9 +78,10 @@ int run_demo(DemoOptions o) {
   flat.flatten = true;
   const auto agree = sim::agreement(sim::run_dcp(sc, cpu, same_split), sim::run_dcp(sc, cpu, flat));
   const bool flat_ok = agree.bit_identical;
-  fmt::print("flattened vs native (same KV split): max|dO| = {:.3e}, max|dLSE| = {:.3e}, {} -> {}\n",
-             agree.max_out_diff, agree.max_lse_diff,
-             agree.bit_identical ? "bit-identical" : "NOT bit-identical", flat_ok ? "pass" : "FAIL");
+  fmt::print(
+      "flattened vs native (same KV split): max|dO| = {:.3e}, max|dLSE| = {:.3e}, {} -> {}\n",
+      agree.max_out_diff, agree.max_lse_diff,
+      agree.bit_identical ? "bit-identical" : "NOT bit-identical", flat_ok ? "pass" : "FAIL");
 
   sim::RunOptions future = run;
   future.see_future = true;
@@ -93,15 +101,18 @@ int run_demo(DemoOptions o) {
 
 Runner add_demo(CLI::App& app) {
   auto o = std::make_shared<DemoOptions>();
-  app.add_option("--dcp", o->spec.world, "DCP world size W (simulated ranks)")->check(CLI::PositiveNumber);
+  app.add_option("--dcp", o->spec.world, "DCP world size W (simulated ranks)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--interleave", o->spec.interleave, "KV interleave I (divides the block size)")
       ->check(CLI::PositiveNumber);
   app.add_option("--heads", o->spec.heads, "query heads after the all-gather (multiple of W)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--requests", o->spec.requests, "requests in the batch")->check(CLI::PositiveNumber);
+  app.add_option("--requests", o->spec.requests, "requests in the batch")
+      ->check(CLI::PositiveNumber);
   app.add_option("--max-drafts", o->spec.max_drafts, "drafts per request are drawn from 0..K")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--block-size", o->spec.block_size, "tokens per cache block")->check(CLI::PositiveNumber);
+  app.add_option("--block-size", o->spec.block_size, "tokens per cache block")
+      ->check(CLI::PositiveNumber);
   app.add_option("--max-context", o->spec.max_context, "longest global length T");
   app.add_option("--dtype", o->dtype, "KV cache dtype: fp32, bf16 or fp8");
   app.add_option("--combine", o->combine, "DCP combine: ag_rs or a2a");

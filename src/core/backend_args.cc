@@ -15,7 +15,9 @@ void require_world_divides_heads(int world, std::int64_t heads, const std::strin
           fmt::format("a head count divisible by world {}", world), std::to_string(heads));
 }
 
-std::int64_t dim(const TensorRef& t, std::size_t i) { return i < t.shape.size() ? t.shape[i] : -1; }
+std::int64_t dim(const TensorRef& t, std::size_t i) {
+  return i < t.shape.size() ? t.shape[i] : -1;
+}
 
 }  // namespace
 
@@ -24,6 +26,7 @@ void validate_slot_values(const KvWriteArgs& a) {
   const auto capacity = a.cache.num_blocks * a.cache.block_size;
   const auto* slots = a.slots.as<const std::int64_t>();
   for (std::int64_t i = 0; i < n; ++i) {
+    if (slots[i] >= -1 && slots[i] < capacity) continue;
     require(slots[i] >= -1 && slots[i] < capacity, ErrorCode::out_of_range,
             fmt::format("slots[{}]", i), fmt::format("-1 or a slot in [0, {})", capacity),
             std::to_string(slots[i]));
@@ -53,8 +56,7 @@ void validate(const DecodeArgs& a) {
           fmt::format("{} rows (the batch's query_start_loc and padding)", rows),
           fmt::format("{} rows", dim(a.q, 0)));
   check_tensor(a.q, "q", {DType::f32, DType::bf16}, {rows, H, kHeadDim});
-  check_tensor(a.block_table, "block_table", DType::i32,
-               {p.num_requests, dim(a.block_table, 1)});
+  check_tensor(a.block_table, "block_table", DType::i32, {p.num_requests, dim(a.block_table, 1)});
   check_tensor(a.out, "out", {DType::f32, a.q.dtype}, {rows, H, kLatentDim});
   check_tensor(a.lse, "lse", DType::f32, {rows, H});
   require(std::isfinite(a.softmax_scale) && a.softmax_scale > 0.0f, ErrorCode::invalid_argument,
@@ -109,8 +111,8 @@ void validate(const ConvertArgs& a) {
           "a non-null buffer", "null");
   require(a.dst.numel() == a.src.numel(), ErrorCode::shape_mismatch, "dst",
           fmt::format("{} elements", a.src.numel()), std::to_string(a.dst.numel()));
-  require(a.dst.dtype == DType::f32 || a.dst.dtype == DType::bf16, ErrorCode::dtype_mismatch,
-          "dst", "fp32 or bf16", to_string(a.dst.dtype));
+  require(a.dst.dtype == DType::f32 || a.dst.dtype == DType::bf16, ErrorCode::dtype_mismatch, "dst",
+          "fp32 or bf16", to_string(a.dst.dtype));
   require(a.dst.data != nullptr || a.dst.numel() == 0, ErrorCode::invalid_argument, "dst",
           "a non-null buffer", "null");
 }

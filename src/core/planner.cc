@@ -11,7 +11,20 @@
 namespace dcpmla {
 namespace {
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+// 64-bit idiv costs tens of cycles here; block sizes and W * I are powers of two in practice.
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  if ((b & (b - 1)) == 0) return (a + b - 1) >> __builtin_ctzll(std::uint64_t(b));
+  return (a + b - 1) / b;
+}
+
+// Sharding::local_len (out of line, two 64-bit divisions) with shifts when W * I is a power of 2.
+std::int64_t fast_local_len(const Sharding& sh, std::int64_t L) {
+  const std::int64_t span = std::int64_t(sh.world) * sh.interleave;
+  if ((span & (span - 1)) != 0) return sh.local_len(L);
+  const std::int64_t rem = (L & (span - 1)) - std::int64_t(sh.rank) * sh.interleave;
+  return (L >> __builtin_ctzll(std::uint64_t(span))) * sh.interleave +
+         std::clamp<std::int64_t>(rem, 0, sh.interleave);
+}
 
 void validate_config(const PlanConfig& config) {
   require(config.block_size >= 1, ErrorCode::invalid_argument, "block_size", ">= 1",
@@ -26,8 +39,8 @@ void validate_config(const PlanConfig& config) {
           ">= 0 (0 = automatic)", std::to_string(lim.kv_chunk_blocks));
   require(lim.target_work_items >= 0, ErrorCode::invalid_argument, "limits.target_work_items",
           ">= 0 (0 = no split)", std::to_string(lim.target_work_items));
-  require(lim.min_chunk_blocks >= 1, ErrorCode::invalid_argument, "limits.min_chunk_blocks",
-          ">= 1", std::to_string(lim.min_chunk_blocks));
+  require(lim.min_chunk_blocks >= 1, ErrorCode::invalid_argument, "limits.min_chunk_blocks", ">= 1",
+          std::to_string(lim.min_chunk_blocks));
 }
 
 void validate_requests(const Batch& batch, const PlanConfig& config) {
@@ -36,11 +49,11 @@ void validate_requests(const Batch& batch, const PlanConfig& config) {
   require(qsl.size() == B + 1, ErrorCode::shape_mismatch, "query_start_loc",
           fmt::format("{} entries (total_len describes {} requests)", B + 1, B),
           std::to_string(qsl.size()));
-  require(qsl[0] == 0, ErrorCode::inconsistent, "query_start_loc[0]", "0",
-          std::to_string(qsl[0]));
+  require(qsl[0] == 0, ErrorCode::inconsistent, "query_start_loc[0]", "0", std::to_string(qsl[0]));
   for (std::size_t b = 0; b < B; ++b) {
-    require(qsl[b + 1] > qsl[b], ErrorCode::inconsistent,
-            fmt::format("query_start_loc[{}]", b + 1),
+    // Error text is built only for a failing entry: these loops run over every request.
+    if (qsl[b + 1] > qsl[b]) continue;
+    require(qsl[b + 1] > qsl[b], ErrorCode::inconsistent, fmt::format("query_start_loc[{}]", b + 1),
             fmt::format("> query_start_loc[{}] = {} (every request has Q >= 1)", b, qsl[b]),
             std::to_string(qsl[b + 1]));
   }
@@ -54,6 +67,7 @@ void validate_requests(const Batch& batch, const PlanConfig& config) {
   for (std::size_t b = 0; b < B; ++b) {
     const int Q = batch.q_len(int(b));
     const auto T = batch.total_len[b];
+    if (T >= Q && T <= kMaxLen) continue;
     require(T >= Q, ErrorCode::inconsistent, fmt::format("total_len[{}]", b),
             fmt::format(">= its {} query tokens (T includes them)", Q), std::to_string(T));
     require(T <= kMaxLen, ErrorCode::out_of_range, fmt::format("total_len[{}]", b),
@@ -65,21 +79,32 @@ void validate_block_table(const Batch& batch, const PlanConfig& config) {
   const std::size_t B = batch.total_len.size();
   require(batch.max_blocks >= 0, ErrorCode::invalid_argument, "max_blocks", ">= 0",
           std::to_string(batch.max_blocks));
-  require(batch.block_table.size() == B * std::size_t(batch.max_blocks), ErrorCode::shape_mismatch,
-          "block_table", fmt::format("{} x {} = {} entries", B, batch.max_blocks,
-                                     B * std::size_t(batch.max_blocks)),
-          std::to_string(batch.block_table.size()));
+  require(
+      batch.block_table.size() == B * std::size_t(batch.max_blocks), ErrorCode::shape_mismatch,
+      "block_table",
+      fmt::format("{} x {} = {} entries", B, batch.max_blocks, B * std::size_t(batch.max_blocks)),
+      std::to_string(batch.block_table.size()));
   const auto& sh = config.sharding;
   for (std::size_t b = 0; b < B; ++b) {
-    const auto local = sh.local_len(batch.total_len[b]);
+    const auto local = fast_local_len(sh, batch.total_len[b]);
     const auto needed = ceil_div(local, config.block_size);
-    require(needed <= batch.max_blocks, ErrorCode::shape_mismatch,
-            fmt::format("block_table row {}", b),
-            fmt::format(">= {} blocks ({} local tokens of T = {} on rank {})", needed, local,
-                        batch.total_len[b], sh.rank),
-            fmt::format("{} columns", batch.max_blocks));
+    if (needed > batch.max_blocks) {
+      require(needed <= batch.max_blocks, ErrorCode::shape_mismatch,
+              fmt::format("block_table row {}", b),
+              fmt::format(">= {} blocks ({} local tokens of T = {} on rank {})", needed, local,
+                          batch.total_len[b], sh.rank),
+              fmt::format("{} columns", batch.max_blocks));
+    }
+    // A min/max scan (vectorised); the per-id loop below only runs to name a bad id.
     const auto row = batch.block_row(int(b));
+    std::int32_t lo = 0, hi = 0;
     for (std::int64_t i = 0; i < needed; ++i) {
+      lo = std::min(lo, row[i]);
+      hi = std::max(hi, row[i]);
+    }
+    if (lo >= 0 && hi < config.num_blocks) continue;
+    for (std::int64_t i = 0; i < needed; ++i) {
+      if (row[i] >= 0 && row[i] < config.num_blocks) continue;
       require(row[i] >= 0 && row[i] < config.num_blocks, ErrorCode::out_of_range,
               fmt::format("block_table[{}][{}]", b, i),
               fmt::format("a block id in [0, {})", config.num_blocks), std::to_string(row[i]));
@@ -91,9 +116,9 @@ void validate_block_table(const Batch& batch, const PlanConfig& config) {
 std::int64_t choose_chunk_blocks(const PlanLimits& lim, std::int64_t total_blocks) {
   if (lim.kv_chunk_blocks > 0) return lim.kv_chunk_blocks;
   if (lim.target_work_items == 0) return std::numeric_limits<std::int32_t>::max();
-  return std::max<std::int64_t>(lim.min_chunk_blocks,
-                                ceil_div(std::max<std::int64_t>(total_blocks, 1),
-                                         lim.target_work_items));
+  return std::max<std::int64_t>(
+      lim.min_chunk_blocks,
+      ceil_div(std::max<std::int64_t>(total_blocks, 1), lim.target_work_items));
 }
 
 }  // namespace
@@ -124,18 +149,30 @@ Plan make_plan(const Batch& batch, const PlanConfig& config) {
   for (int b = 0; b < B; ++b) {
     const int Q = batch.q_len(b);
     const auto T = batch.total_len[b];
-    const auto local = sh.local_len(T);
+    const auto local = fast_local_len(sh, T);
     plan.max_q = std::max(plan.max_q, Q);
     plan.request_local_len[b] = std::int32_t(local);
     plan.max_local_len = std::max(plan.max_local_len, std::int32_t(local));
     total_blocks += ceil_div(local, bs);
+    // The visible prefix is local_len of the row's own global bound, never local(T) - offset.
+    // Causal bounds of consecutive rows differ by one position, so local_len(bound + 1) is
+    // local_len(bound) plus one when this rank owns position `bound`: no division per row.
+    const Mask mask = batch.mask_of(b);
+    const std::size_t first = std::size_t(batch.query_start_loc[b]);
+    std::int64_t bound = row_global_bound(T, Q, 0, mask);
+    std::int64_t local_bound = std::min(local, fast_local_len(sh, bound));
+    const std::int64_t span = std::int64_t(sh.world) * sh.interleave;
+    const std::int64_t own_begin = std::int64_t(sh.rank) * sh.interleave;
+    const std::int64_t own_end = own_begin + sh.interleave;
+    std::int64_t phase = (span & (span - 1)) == 0 ? (bound & (span - 1)) : bound % span;
     for (int j = 0; j < Q; ++j) {
-      const std::size_t i = std::size_t(batch.query_start_loc[b]) + j;
-      const auto bound = row_global_bound(T, Q, j, batch.mask_of(b));
-      plan.row_request[i] = b;
-      plan.row_global_bound[i] = bound;
-      // The visible prefix is local_len of the row's own global bound, never local(T) - offset.
-      plan.row_local_bound[i] = std::int32_t(std::min(local, sh.local_len(bound)));
+      plan.row_request[first + j] = b;
+      plan.row_global_bound[first + j] = bound;
+      plan.row_local_bound[first + j] = std::int32_t(local_bound);
+      if (mask == Mask::full) continue;
+      local_bound += (phase >= own_begin && phase < own_end) ? 1 : 0;
+      ++bound;
+      if (++phase == span) phase = 0;
     }
   }
   plan.uniform = plan.num_real_rows == std::int64_t(B) * plan.max_q;
@@ -146,7 +183,10 @@ Plan make_plan(const Batch& batch, const PlanConfig& config) {
     const std::int32_t row_begin = batch.query_start_loc[b];
     const std::int32_t Q = batch.q_len(b);
     const std::int64_t local = plan.request_local_len[b];
-    const std::int64_t splits = std::max<std::int64_t>(1, ceil_div(local, chunk_tokens));
+    // local < 2^31, and chunk_tokens < local when dividing: 32-bit division suffices.
+    const std::int64_t splits = local <= chunk_tokens ? 1
+                                                      : std::uint32_t(local + chunk_tokens - 1) /
+                                                            std::uint32_t(chunk_tokens);
     if (splits == 1) {
       plan.work.push_back({b, row_begin, Q, 0, std::int32_t(local), -1});
       continue;
@@ -155,8 +195,8 @@ Plan make_plan(const Batch& batch, const PlanConfig& config) {
     for (std::int64_t s = 0; s < splits; ++s) {
       const auto begin = s * chunk_tokens;
       const auto end = std::min(local, begin + chunk_tokens);
-      plan.work.push_back({b, row_begin, Q, std::int32_t(begin), std::int32_t(end),
-                           std::int32_t(first + s * Q)});
+      plan.work.push_back(
+          {b, row_begin, Q, std::int32_t(begin), std::int32_t(end), std::int32_t(first + s * Q)});
     }
     plan.merges.push_back({b, row_begin, Q, std::int32_t(splits), first});
     plan.num_partial_rows += splits * Q;

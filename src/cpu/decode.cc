@@ -19,16 +19,16 @@ constexpr int kTileTokens = 64;
 
 // Per-thread scratch, reused across work items.
 struct Scratch {
-  std::vector<float> q;       // [Q, H, 576] fp32, score scale folded in
-  std::vector<float> keys;    // [kTileTokens, 576] dequantised latent entries
-  std::vector<float> scores;  // [kTileTokens]
-  std::vector<float> acc;     // [Q, H, 512] unnormalised output
+  std::vector<float> q;                     // [Q, H, 576] fp32, score scale folded in
+  std::vector<float> keys;                  // [kTileTokens, 576] dequantised latent entries
+  std::vector<float> scores;                // [kTileTokens]
+  std::vector<float> acc;                   // [Q, H, 512] unnormalised output
   std::vector<merge::OnlineSoftmax> state;  // [Q, H]
 };
 
 struct Views {
   const Plan* plan;
-  const std::uint8_t* q;      // [rows, H, 576] of q_dtype
+  const std::uint8_t* q;  // [rows, H, 576] of q_dtype
   DType q_dtype;
   const std::uint8_t* cache;  // [num_blocks, block_size, 576] of cache_dtype
   DType cache_dtype;
@@ -39,11 +39,11 @@ struct Views {
   // softmax_scale * q_scale. Keys are dequantised with k_scale applied, which gives the
   // scale * q_scale * k_scale of the scores and the k_scale of V in one place.
   float score_scale;
-  std::uint8_t* out;                // [rows, H, 512] of out_dtype
+  std::uint8_t* out;  // [rows, H, 512] of out_dtype
   DType out_dtype;
-  float* lse;                       // [rows, H]
-  float* partial_out;               // [partial_rows, H, 512]
-  float* partial_lse;               // [partial_rows, H]
+  float* lse;          // [rows, H]
+  float* partial_out;  // [partial_rows, H, 512]
+  float* partial_lse;  // [partial_rows, H]
 };
 
 void check_block_ids(const Views& v) {
@@ -51,10 +51,15 @@ void check_block_ids(const Views& v) {
   const int bs = p.config.block_size;
   for (int b = 0; b < p.num_requests; ++b) {
     const std::int64_t needed = (p.request_local_len[b] + bs - 1) / bs;
-    require(needed <= v.max_blocks, ErrorCode::shape_mismatch, fmt::format("block_table row {}", b),
-            fmt::format(">= {} blocks", needed), fmt::format("{} columns", v.max_blocks));
+    // Error text is built only on failure: this runs over every block of the batch.
+    if (needed > v.max_blocks) {
+      require(needed <= v.max_blocks, ErrorCode::shape_mismatch,
+              fmt::format("block_table row {}", b), fmt::format(">= {} blocks", needed),
+              fmt::format("{} columns", v.max_blocks));
+    }
     for (std::int64_t i = 0; i < needed; ++i) {
       const auto id = v.block_table[b * v.max_blocks + i];
+      if (id >= 0 && id < p.config.num_blocks) continue;
       require(id >= 0 && id < p.config.num_blocks, ErrorCode::out_of_range,
               fmt::format("block_table[{}][{}]", b, i),
               fmt::format("a block id in [0, {})", p.config.num_blocks), std::to_string(id));
@@ -152,10 +157,9 @@ void run_merge(const Views& v, const SplitMerge& m, int j) {
     const std::size_t first = (std::size_t(m.first_partial_row) + j) * H + h;
     const std::size_t row = std::size_t(m.row_begin + j) * H + h;
     float merged[kLatentDim];
-    v.lse[row] = merge::merge_partials(m.num_splits, v.partial_out + first * kLatentDim,
-                                       long(split_stride * kLatentDim), v.partial_lse + first,
-                                       long(split_stride), kLatentDim, merged,
-                                       [](float x) { return x; });
+    v.lse[row] = merge::merge_partials(
+        m.num_splits, v.partial_out + first * kLatentDim, long(split_stride * kLatentDim),
+        v.partial_lse + first, long(split_stride), kLatentDim, merged, [](float x) { return x; });
     store_f32(merged, kLatentDim, 1.0f, v.out_dtype, v.out + row * kLatentDim * elem);
   }
 }
