@@ -107,21 +107,35 @@ void run_item(const Views& v, const WorkItem& w, Scratch& s) {
         const std::size_t jh = std::size_t(j) * H + h;
         const float* qrow = &s.q[jh * kHeadDim];
         float tile_max = -INFINITY;
-        for (int k = 0; k < n; ++k) {
-          s.scores[k] = dot_head(qrow, &s.keys[std::size_t(k) * kHeadDim]);
-          tile_max = std::max(tile_max, s.scores[k]);
-        }
+        const float* keys = s.keys.data();
+        int k = 0;
+        for (; k + 4 <= n; k += 4) dot_head4(qrow, keys + std::size_t(k) * kHeadDim, &s.scores[k]);
+        for (; k < n; ++k) s.scores[k] = dot_head(qrow, keys + std::size_t(k) * kHeadDim);
+        for (k = 0; k < n; ++k) tile_max = std::max(tile_max, s.scores[k]);
         float* acc = &s.acc[jh * kLatentDim];
         merge::OnlineSoftmax& st = s.state[jh];
         const float factor = st.rescale_for(tile_max);
         if (factor != 1.0f) {
           for (int d = 0; d < kLatentDim; ++d) acc[d] *= factor;
         }
-        for (int k = 0; k < n; ++k) {
-          const float pk = expf(s.scores[k] - st.m);
-          st.s += pk;
-          const float* val = &s.keys[std::size_t(k) * kHeadDim];
-          for (int d = 0; d < kLatentDim; ++d) acc[d] += pk * val[d];
+        for (k = 0; k < n; ++k) {
+          s.scores[k] = expf(s.scores[k] - st.m);
+          st.s += s.scores[k];
+        }
+        // Four keys per pass over the accumulator row: it is loaded and stored once per group.
+        for (k = 0; k + 4 <= n; k += 4) {
+          const float* v = keys + std::size_t(k) * kHeadDim;
+          const float p0 = s.scores[k], p1 = s.scores[k + 1], p2 = s.scores[k + 2],
+                      p3 = s.scores[k + 3];
+          for (int d = 0; d < kLatentDim; ++d) {
+            acc[d] += p0 * v[d] + p1 * v[kHeadDim + d] + p2 * v[2 * kHeadDim + d] +
+                      p3 * v[3 * kHeadDim + d];
+          }
+        }
+        for (; k < n; ++k) {
+          const float pk = s.scores[k];
+          const float* v = keys + std::size_t(k) * kHeadDim;
+          for (int d = 0; d < kLatentDim; ++d) acc[d] += pk * v[d];
         }
       }
     }

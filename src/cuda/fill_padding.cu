@@ -1,0 +1,33 @@
+// Padding rows (past the batch's real tokens) belong to no request: O = 0, LSE = -inf.
+#include "check.h"
+#include "device_common.cuh"
+#include "kernels.h"
+
+namespace dcpmla::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void fill_padding_kernel(void* out, bool out_bf16, float* lse, std::int64_t first,
+                                    std::int64_t count) {
+  // count = rows * H (row, head) items starting at item `first`.
+  const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
+  const std::int64_t begin = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (std::int64_t i = begin; i < count * kLatentDim; i += stride) {
+    store1(out, out_bf16, first * kLatentDim + i, 0.0f);
+  }
+  for (std::int64_t i = begin; i < count; i += stride) lse[first + i] = -INFINITY;
+}
+
+}  // namespace
+
+void launch_fill_padding(void* out, bool out_bf16, float* lse, std::int64_t row_begin,
+                         std::int64_t row_end, int num_heads, cudaStream_t s) {
+  const std::int64_t count = (row_end - row_begin) * num_heads;
+  if (count <= 0) return;
+  fill_padding_kernel<<<grid_blocks(count * kLatentDim, kThreads), kThreads, 0, s>>>(
+      out, out_bf16, lse, row_begin * num_heads, count);
+  check_launch("fill_padding_kernel<<<>>>");
+}
+
+}  // namespace dcpmla::cuda

@@ -1,0 +1,76 @@
+// Host entry points of the CUDA kernels (one .cu file each). Every function validates its
+// argument struct (host metadata only) before enqueueing anything on the stream.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "dcpmla/backend.h"
+#include "device_plan.h"
+
+namespace dcpmla::cuda {
+
+// kv_write.cu: latents -> cache through slots; slots < 0 or >= capacity are skipped.
+void write_kv(const KvWriteArgs& args, cudaStream_t s);
+
+// decode_launch.cc: validates, uploads the plan into `dp`, runs the decode tiles, then the split
+// merge and the padding fill.
+void decode(const DecodeArgs& args, DevicePlan& dp, cudaStream_t s);
+
+// decode.cu: one thread block per DecodeTile.
+struct DecodeParams {
+  const DecodeTile* tiles;          // [num_tiles]
+  const std::int32_t* row_bound;    // [rows] plan.row_local_bound
+  const void* q;                    // [rows, H, 576] f32 or bf16, 16-byte aligned
+  const void* cache;                // [num_blocks, block_size, 576] f32, bf16 or fp8, aligned
+  const std::int32_t* block_table;  // [B, max_blocks]
+  std::int64_t max_blocks;
+  std::int64_t num_blocks;
+  int block_size;
+  int num_heads;
+  float score_scale;  // softmax_scale * q_scale (* k_scale for fp8)
+  float out_scale;    // k_scale for fp8, else 1
+  void* out;          // [rows, H, 512] f32 or bf16, 16-byte aligned
+  bool out_bf16;
+  float* lse;          // [rows, H]
+  float* partial_out;  // [partial_rows, H, 512], 16-byte aligned
+  float* partial_lse;  // [partial_rows, H]
+};
+void launch_decode_tiles(const DecodeParams& p, DType q_dtype, DType cache_dtype,
+                         std::int64_t num_tiles, cudaStream_t s);
+
+// split_merge.cu: rows of split requests <- merge of their fp32 partials.
+struct SplitMergeParams {
+  const MergeRow* rows;  // [num_rows]
+  std::int64_t num_rows;
+  int num_heads;
+  const float* partial_out;  // [partial_rows, H, 512]
+  const float* partial_lse;  // [partial_rows, H]
+  void* out;                 // [rows, H, 512] f32 or bf16
+  bool out_bf16;
+  float* lse;  // [rows, H]
+};
+void launch_split_merge(const SplitMergeParams& p, cudaStream_t s);
+
+// fill_padding.cu: rows [row_begin, row_end) of out (f32 or bf16) and lse <- 0 and -inf.
+void launch_fill_padding(void* out, bool out_bf16, float* lse, std::int64_t row_begin,
+                         std::int64_t row_end, int num_heads, cudaStream_t s);
+
+// unpack_query.cu
+void unpack_query(const UnpackQueryArgs& args, cudaStream_t s);
+// combine_rescale.cu (ag_rs local step)
+void combine_rescale(const CombineRescaleArgs& args, cudaStream_t s);
+// combine_pack.cu / combine_merge.cu (a2a)
+void combine_pack(const CombinePackArgs& args, cudaStream_t s);
+void combine_merge(const CombineMergeArgs& args, cudaStream_t s);
+// convert.cu
+void convert(const ConvertArgs& args, cudaStream_t s);
+// accumulate.cu: dst[i] += src[i].
+void accumulate(float* dst, const float* src, std::size_t count, cudaStream_t s);
+
+// accumulate.cu: cudaSuccess iff this build's kernels can run on the current device.
+cudaError_t probe_kernels();
+
+}  // namespace dcpmla::cuda

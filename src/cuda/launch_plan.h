@@ -1,0 +1,60 @@
+// Host side of the CUDA decode launch: turns a Plan into the flat arrays the kernels read (one
+// entry per thread block). Plain C++ (no CUDA), so it is unit-tested without a GPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "dcpmla/plan.h"
+
+namespace dcpmla::cuda {
+
+// (row, head) pairs one decode thread block computes.
+inline constexpr int kTilePairs = 64;
+
+// One decode thread block: pairs [pair_begin, pair_begin + num_pairs) of one work item, where the
+// work item's pairs are its Q rows x H heads in row-major order (pair = j * H + h).
+struct DecodeTile {
+  std::int32_t request;     // block-table row
+  std::int32_t row_begin;   // first query row of the request (q / out row)
+  std::int32_t pair_begin;  // first pair of the tile inside the work item
+  std::int32_t num_pairs;   // 1 .. kTilePairs
+  std::int32_t kv_begin;    // the work item's local KV range [kv_begin, kv_end)
+  std::int32_t kv_end;
+  std::int32_t kv_visible_end;  // max over the tile's rows of min(row bound, kv_end); >= kv_begin
+  std::int32_t partial_row;     // -1: write out / lse rows; else the item's first partial row
+};
+static_assert(sizeof(DecodeTile) == 32);
+
+// One query row of a split request: merges num_splits partials (split s at partial row
+// first_partial_row + s * split_stride_rows) into output row out_row, for every head.
+struct MergeRow {
+  std::int32_t out_row;
+  std::int32_t first_partial_row;
+  std::int32_t num_splits;
+  std::int32_t split_stride_rows;
+};
+static_assert(sizeof(MergeRow) == 16);
+
+struct LaunchPlan {
+  std::vector<DecodeTile> tiles;  // longest visible KV first
+  std::vector<MergeRow> merge_rows;
+  std::int64_t padding_begin = 0;  // padding rows [padding_begin, padding_end): O = 0, LSE = -inf
+  std::int64_t padding_end = 0;
+};
+
+// Throws Error(unsupported) when a work item has more than INT32_MAX pairs.
+LaunchPlan build_launch_plan(const Plan& plan, int tile_pairs = kTilePairs);
+
+// The device image of a launch plan: tiles, merge rows and row_local_bound, each section
+// 16-byte aligned, in one buffer (one upload).
+struct PackedLaunchPlan {
+  std::vector<std::byte> bytes;
+  std::size_t tiles_offset = 0;
+  std::size_t merge_rows_offset = 0;
+  std::size_t row_bound_offset = 0;
+};
+void pack_launch_plan(const LaunchPlan& lp, const Plan& plan, PackedLaunchPlan& out);
+
+}  // namespace dcpmla::cuda
