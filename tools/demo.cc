@@ -8,6 +8,10 @@
 
 #include "commands.h"
 #include "dcpmla/cpu_backend.h"
+#include "dcpmla/error.h"
+#if DCPMLA_HAVE_CUDA
+#include "dcpmla/cuda_backend.h"
+#endif
 #include "dcpmla/sim/runner.h"
 #include "dcpmla/sim/scenario.h"
 
@@ -18,6 +22,7 @@ struct DemoOptions {
   sim::ScenarioSpec spec;
   std::string dtype = "bf16";
   std::string combine = "ag_rs";
+  std::string backend = "cpu";
   int threads = 0;
 };
 
@@ -31,16 +36,29 @@ int run_demo(DemoOptions o) {
 
   const int per_rank = std::max(
       1, (o.threads > 0 ? o.threads : int(std::thread::hardware_concurrency())) / spec.world);
-  const sim::BackendFactory cpu = [&](int) { return make_cpu_backend(per_rank); };
+  sim::BackendFactory cpu = [&](int) { return make_cpu_backend(per_rank); };
+  if (o.backend == "cuda") {
+#if DCPMLA_HAVE_CUDA
+    // Every simulated rank runs on GPU 0; ranks exchange data through device memory.
+    cpu = [](int) { return make_cuda_backend(0); };
+#else
+    throw Error(ErrorCode::unsupported, "--backend", "cpu (this build has no CUDA backend)",
+                "cuda");
+#endif
+  } else if (o.backend != "cpu") {
+    throw Error(ErrorCode::invalid_argument, "--backend", "cpu or cuda", "'" + o.backend + "'");
+  }
   sim::RunOptions run;
   run.combine = combine;
-  run.limits.target_work_items = cpu_target_work_items(per_rank);
+  // Enough work items to fill the threads of a rank, or the SMs of a GPU (132 on the H200).
+  run.limits.target_work_items = o.backend == "cuda" ? 264 : cpu_target_work_items(per_rank);
 
   fmt::print(
-      "dcpmla demo: W={} I={} H={} requests={} max drafts={} block size={} kv {} q/out {} "
-      "combine {} seed {}\n",
-      spec.world, spec.interleave, spec.heads, spec.requests, spec.max_drafts, spec.block_size,
-      to_string(spec.kv_dtype), to_string(spec.q_dtype), to_string(combine), spec.seed);
+      "dcpmla demo ({} backend): W={} I={} H={} requests={} max drafts={} block size={} kv {} "
+      "q/out {} combine {} seed {}\n",
+      o.backend, spec.world, spec.interleave, spec.heads, spec.requests, spec.max_drafts,
+      spec.block_size, to_string(spec.kv_dtype), to_string(spec.q_dtype), to_string(combine),
+      spec.seed);
   fmt::print(
       "batch: {} tokens in {} requests ({}), {} cache blocks per rank, unused pages NaN, "
       "block ids permuted\n",
@@ -118,6 +136,7 @@ Runner add_demo(CLI::App& app) {
   app.add_option("--combine", o->combine, "DCP combine: ag_rs or a2a");
   app.add_option("--seed", o->spec.seed, "random seed");
   app.add_option("--threads", o->threads, "CPU threads in total (0 = all)");
+  app.add_option("--backend", o->backend, "cpu, or cuda (W ranks simulated on GPU 0)");
   return [o] { return run_demo(*o); };
 }
 

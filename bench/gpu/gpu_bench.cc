@@ -1,0 +1,378 @@
+// GPU benchmark of the CUDA decode backend: the two ceilings (device copy, cuBLAS bf16 GEMM)
+// and every shape of interest measured in the same run, with FlashMLA's figures from PERF.md
+// (same card, same method) for the ratio. Writes JSON; prints a table.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dcpmla/cuda_backend.h"
+#include "dcpmla/error.h"
+#include "dcpmla/plan.h"
+#include "fill.cuh"
+
+namespace dcpmla::bench {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw Error(ErrorCode::backend_failure, what, "cudaSuccess", cudaGetErrorString(e));
+}
+void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw Error(ErrorCode::backend_failure, what, "CUBLAS_STATUS_SUCCESS", std::to_string(int(s)));
+}
+
+struct Stats {
+  double median_us = 0, min_us = 0;
+};
+
+Stats summarize(std::vector<float> ms) {
+  std::sort(ms.begin(), ms.end());
+  return {1e3 * ms[ms.size() / 2], 1e3 * ms.front()};
+}
+
+// Times `reps` calls of fn, each between its own pair of events, after `warmup` calls.
+template <class Fn>
+Stats time_calls(Fn fn, int reps, int warmup, cudaStream_t s) {
+  for (int i = 0; i < warmup; ++i) fn();
+  std::vector<cudaEvent_t> ev(2 * std::size_t(reps));
+  for (auto& e : ev) check(cudaEventCreate(&e), "cudaEventCreate");
+  for (int i = 0; i < reps; ++i) {
+    check(cudaEventRecord(ev[2 * i], s), "cudaEventRecord");
+    fn();
+    check(cudaEventRecord(ev[2 * i + 1], s), "cudaEventRecord");
+  }
+  check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  std::vector<float> ms(static_cast<std::size_t>(reps));
+  for (int i = 0; i < reps; ++i)
+    check(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]), "cudaEventElapsedTime");
+  for (auto& e : ev) cudaEventDestroy(e);
+  return summarize(ms);
+}
+
+// Per-call time of `per_graph` calls captured in one CUDA graph, replayed `replays` times.
+template <class Fn>
+std::optional<double> time_graph(Fn fn, int per_graph, int replays, cudaStream_t s) {
+  cudaGraph_t graph;
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return {};
+  try {
+    for (int i = 0; i < per_graph; ++i) fn();
+  } catch (const std::exception&) {
+    cudaStreamEndCapture(s, &graph);
+    cudaGetLastError();
+    return {};
+  }
+  if (cudaStreamEndCapture(s, &graph) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  cudaGraphExec_t exec;
+  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  check(cudaGraphLaunch(exec, s), "cudaGraphLaunch");  // warm-up
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  std::vector<float> ms(static_cast<std::size_t>(replays));
+  for (int r = 0; r < replays; ++r) {
+    cudaEventRecord(a, s);
+    check(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+    cudaEventRecord(b, s);
+    check(cudaEventSynchronize(b), "cudaEventSynchronize");
+    cudaEventElapsedTime(&ms[r], a, b);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return summarize(ms).median_us / per_graph;
+}
+
+struct Ceilings {
+  double copy_tbps = 0, gemm_tflops = 0;
+};
+
+Ceilings measure_ceilings(cudaStream_t s, int reps) {
+  Ceilings c;
+  const std::size_t bytes = std::size_t(2) << 30;
+  void *a, *b;
+  check(cudaMalloc(&a, bytes), "cudaMalloc");
+  check(cudaMalloc(&b, bytes), "cudaMalloc");
+  fill_random_bf16(a, bytes / 2, 1, s);
+  const auto copy = time_calls(
+      [&] { check(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync"); },
+      reps, 3, s);
+  c.copy_tbps = 2.0 * bytes / (copy.median_us * 1e-6) / 1e12;
+  cudaFree(a);
+  cudaFree(b);
+
+  const int n = 8192;
+  void *x, *y, *z;
+  const std::size_t mat = std::size_t(n) * n * 2;
+  check(cudaMalloc(&x, mat), "cudaMalloc");
+  check(cudaMalloc(&y, mat), "cudaMalloc");
+  check(cudaMalloc(&z, mat), "cudaMalloc");
+  fill_random_bf16(x, std::size_t(n) * n, 2, s);
+  fill_random_bf16(y, std::size_t(n) * n, 3, s);
+  cublasHandle_t h;
+  check(cublasCreate(&h), "cublasCreate");
+  check(cublasSetStream(h, s), "cublasSetStream");
+  const float one = 1.0f, zero = 0.0f;
+  const auto gemm = time_calls(
+      [&] {
+        check(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, x, CUDA_R_16BF, n, y,
+                           CUDA_R_16BF, n, &zero, z, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                           CUBLAS_GEMM_DEFAULT),
+              "cublasGemmEx");
+      },
+      std::max(20, reps / 5), 3, s);
+  c.gemm_tflops = 2.0 * n * double(n) * n / (gemm.median_us * 1e-6) / 1e12;
+  cublasDestroy(h);
+  cudaFree(x);
+  cudaFree(y);
+  cudaFree(z);
+  return c;
+}
+
+enum class Form { native, padded, flattened };
+const char* form_name(Form f) {
+  return f == Form::native ? "native" : f == Form::padded ? "padded" : "flattened";
+}
+
+struct Shape {
+  std::string group;
+  int B;
+  std::int64_t L;  // local KV length per request on the measured rank
+  int H;
+  std::vector<int> q;  // per-request query length (real rows)
+  Form form = Form::native;
+  int world = 1;           // DCP world size of the per-rank shape (the rank is 0)
+  double flashmla_us = 0;  // PERF.md, same card and method; 0 = no figure
+  std::string flashmla_note;
+};
+
+std::vector<int> ragged_q(int B, int max_q, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int> q(static_cast<std::size_t>(B));
+  for (auto& x : q) x = 1 + int(rng() % std::uint64_t(max_q));
+  return q;
+}
+
+std::vector<Shape> shapes() {
+  std::vector<Shape> v;
+  auto uniform = [](int B, int Q) { return std::vector<int>(std::size_t(B), Q); };
+  // FlashMLA's table in PERF.md (median us, H200, 2026-11-30).
+  const struct {
+    int B;
+    std::int64_t L;
+    int H, Q;
+    double us;
+  } table[] = {{64, 4096, 128, 1, 117.4},  {64, 4096, 128, 2, 213.5},  {64, 4096, 128, 4, 415.7},
+               {64, 4096, 128, 8, 877.3},  {128, 8192, 16, 1, 284.7},  {32, 32768, 64, 1, 312.6},
+               {32, 32768, 64, 8, 1800.5}, {4, 131072, 128, 4, 795.7}, {132, 4096, 128, 1, 230.2},
+               {1, 65536, 128, 1, 56.5}};
+  for (const auto& t : table) {
+    v.push_back(
+        {"flashmla_table", t.B, t.L, t.H, uniform(t.B, t.Q), Form::native, 1, t.us, "uniform"});
+  }
+  // Ragged speculative mixes: 64 requests, Q drawn from 1..8 (the same draw for every mix).
+  const auto mix = ragged_q(64, 8, 2026);
+  const struct {
+    std::int64_t L;
+    int H;
+    double best_us;
+    const char* best;
+    double padded_us;
+  } mixes[] = {{4096, 128, 546, "flattened", 817},
+               {32768, 16, 878, "one call per distinct Q", 892},
+               {4096, 16, 0, "", 0},
+               {32768, 128, 0, "", 0}};
+  for (const auto& m : mixes) {
+    v.push_back({"ragged_mix", 64, m.L, m.H, mix, Form::native, 1, m.best_us, m.best});
+    v.push_back({"ragged_mix", 64, m.L, m.H, mix, Form::padded, 1, m.padded_us, "padded to Q = 8"});
+  }
+  // Native vs flattened at Q = 8.
+  for (const auto& [H, native_us, flat_us] :
+       {std::tuple{16, 225.5, 1093.0}, std::tuple{128, 1781.0, 1963.0}}) {
+    v.push_back({"native_vs_flattened", 16, 32768, H, uniform(16, 8), Form::native, 1, native_us,
+                 "uniform"});
+    v.push_back({"native_vs_flattened", 16, 32768, H, uniform(16, 8), Form::flattened, 1, flat_us,
+                 "flattened"});
+  }
+  // Kimi K3 at TP8 / DCP8: 96 gathered heads per rank, rank-local causal bounds.
+  v.push_back({"kimi_k3_dcp8", 32, 32768, 96, uniform(32, 1), Form::native, 8, 425,
+               "64-row tiles, H = 96"});
+  v.push_back({"kimi_k3_dcp8", 32, 32768, 96, ragged_q(32, 8, 7), Form::native, 8, 0, ""});
+  v.push_back({"kimi_k3_dcp8", 32, 32768, 12, uniform(32, 1), Form::native, 8, 283, "H = 12"});
+  return v;
+}
+
+struct Problem {
+  Batch batch;  // as run (padded / flattened forms applied)
+  Plan plan;
+  double kv_bytes;  // each request's local KV read once
+  double useful_flops;
+  std::int64_t rows;
+};
+
+Problem make_problem(const Shape& sh, std::int64_t num_blocks_out[1], int block_size, int sms,
+                     std::mt19937_64& rng) {
+  const Sharding sharding{sh.world, 0, 1};
+  Batch batch;
+  batch.query_start_loc.push_back(0);
+  double flops = 0;
+  for (int b = 0; b < sh.B; ++b) {
+    const int real_q = sh.q[b];
+    const int q = sh.form == Form::padded ? *std::max_element(sh.q.begin(), sh.q.end()) : real_q;
+    batch.query_start_loc.push_back(batch.query_start_loc.back() + q);
+    batch.total_len.push_back(sh.L * sh.world);  // local length L on rank 0
+    flops += double(sh.L) * real_q * sh.H * 2176.0;
+  }
+  const std::int64_t blocks = (sh.L + block_size - 1) / block_size;
+  batch.max_blocks = std::int32_t(blocks);
+  std::vector<std::int32_t> ids(std::size_t(sh.B * blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  batch.block_table = ids;
+  num_blocks_out[0] = std::int64_t(ids.size());
+  if (sh.form == Form::flattened) batch = flatten(batch);
+  PlanConfig cfg{sharding, sh.H, block_size, num_blocks_out[0], {}};
+  cfg.limits.target_work_items = 2 * sms;
+  Problem p{batch, make_plan(batch, cfg), double(sh.B) * sh.L * 1152.0, flops, batch.rows()};
+  return p;
+}
+
+}  // namespace
+}  // namespace dcpmla::bench
+
+int main(int argc, char** argv) {
+  using namespace dcpmla;
+  using namespace dcpmla::bench;
+  CLI::App app{"dcpmla GPU decode benchmark"};
+  std::string out_path = "gpu_bench.json", filter, commit = "unknown", date = "unknown";
+  int reps = 100;
+  app.add_option("--out", out_path, "JSON output file");
+  app.add_option("--filter", filter, "only shapes whose group contains this");
+  app.add_option("--reps", reps, "timed calls per shape (>= 100 for reported numbers)");
+  app.add_option("--commit", commit, "commit recorded with the results");
+  app.add_option("--date", date, "date recorded with the results");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (!cuda_available()) {
+      fmt::print(stderr, "no CUDA device\n");
+      return 2;
+    }
+    cudaDeviceProp prop;
+    check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    cudaStream_t s;
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    const Ceilings ceil = measure_ceilings(s, reps);
+    fmt::print("device {} ({} SMs), copy ceiling {:.2f} TB/s, bf16 GEMM ceiling {:.0f} TFLOP/s\n",
+               prop.name, prop.multiProcessorCount, ceil.copy_tbps, ceil.gemm_tflops);
+
+    nlohmann::json results = nlohmann::json::array();
+    // Rewritten after every shape, so a run cut short keeps what it measured.
+    auto write = [&] {
+      nlohmann::json doc{
+          {"device", prop.name},
+          {"sms", prop.multiProcessorCount},
+          {"commit", commit},
+          {"date", date},
+          {"reps", reps},
+          {"block_size", 64},
+          {"kv_dtype", "bf16"},
+          {"ceilings", {{"copy_tbps", ceil.copy_tbps}, {"gemm_bf16_tflops", ceil.gemm_tflops}}},
+          {"flashmla_source", "shared/PERF.md (FlashMLA built from source, same H200, 2026-11-30)"},
+          {"results", results}};
+      std::ofstream(out_path) << doc.dump(2) << "\n";
+    };
+    auto backend = make_cuda_backend(0);
+    std::mt19937_64 rng(1);
+    const int block_size = 64;
+    fmt::print(
+        "{:<20} {:>4} {:>7} {:>4} {:>5} {:<10} {:>3} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7} {:>7} "
+        "{:>9}\n",
+        "group", "B", "L", "H", "rows", "form", "W", "med_us", "min_us", "graph_us", "TB/s",
+        "%copy", "TF", "%gemm", "FlashMLA");
+    for (const Shape& sh : shapes()) {
+      if (!filter.empty() && sh.group.find(filter) == std::string::npos) continue;
+      std::int64_t num_blocks = 0;
+      Problem p = make_problem(sh, &num_blocks, block_size, prop.multiProcessorCount, rng);
+      const std::int64_t rows = p.rows;
+      DeviceBuffer cache(*backend, std::size_t(num_blocks) * block_size * kHeadDim * 2);
+      DeviceBuffer q(*backend, std::size_t(rows) * sh.H * kHeadDim * 2);
+      DeviceBuffer out(*backend, std::size_t(rows) * sh.H * kLatentDim * 2);
+      DeviceBuffer lse(*backend, std::size_t(rows) * sh.H * 4);
+      DeviceBuffer bt(*backend, p.batch.block_table.size() * 4);
+      DeviceBuffer ws(*backend, std::max<std::size_t>(decode_workspace_bytes(p.plan), 16));
+      fill_random_bf16(cache.data(), cache.bytes() / 2, 11, s);
+      fill_random_bf16(q.data(), q.bytes() / 2, 12, s);
+      backend->upload(bt.data(), p.batch.block_table.data(), bt.bytes(), s);
+      DecodeArgs args;
+      args.plan = &p.plan;
+      args.q = q.tensor(DType::bf16, {rows, sh.H, kHeadDim});
+      args.cache = {cache.data(), DType::bf16, num_blocks, block_size, 1.0f};
+      args.block_table = bt.tensor(DType::i32, {p.batch.num_requests(), p.batch.max_blocks});
+      args.out = out.tensor(DType::bf16, {rows, sh.H, kLatentDim});
+      args.lse = lse.tensor(DType::f32, {rows, sh.H});
+      args.softmax_scale = 0.1352338f;
+      args.workspace = ws.tensor(DType::fp8_e4m3, {std::int64_t(ws.bytes())});
+      check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+      auto call = [&] { backend->decode(args, s); };
+      const Stats st = time_calls(call, reps, 5, s);
+      const auto graph = time_graph(call, 10, 3, s);
+      // Never time garbage: the output must be finite after the runs.
+      std::vector<float> lse_host(std::size_t(rows) * sh.H);
+      check(cudaMemcpy(lse_host.data(), lse.data(), lse_host.size() * 4, cudaMemcpyDeviceToHost),
+            "cudaMemcpy");
+      const bool finite =
+          std::all_of(lse_host.begin(), lse_host.end(), [](float x) { return std::isfinite(x); });
+      const double t = st.median_us * 1e-6;
+      const double tbps = p.kv_bytes / t / 1e12, tflops = p.useful_flops / t / 1e12;
+      fmt::print(
+          "{:<20} {:>4} {:>7} {:>4} {:>5} {:<10} {:>3} {:>9.1f} {:>9.1f} {:>9} {:>7.2f} {:>6.1f}% "
+          "{:>7.0f} {:>6.1f}% {:>9}{}\n",
+          sh.group, sh.B, sh.L, sh.H, rows, form_name(sh.form), sh.world, st.median_us, st.min_us,
+          graph ? fmt::format("{:.1f}", *graph) : "n/a", tbps, 100 * tbps / ceil.copy_tbps, tflops,
+          100 * tflops / ceil.gemm_tflops,
+          sh.flashmla_us > 0 ? fmt::format("{:.1f}", sh.flashmla_us) : "-",
+          finite ? "" : "  NON-FINITE OUTPUT");
+      results.push_back(
+          {{"group", sh.group},
+           {"B", sh.B},
+           {"L_local", sh.L},
+           {"H", sh.H},
+           {"q", sh.q},
+           {"rows", rows},
+           {"form", form_name(sh.form)},
+           {"world", sh.world},
+           {"median_us", st.median_us},
+           {"min_us", st.min_us},
+           {"graph_us", graph ? nlohmann::json(*graph) : nlohmann::json()},
+           {"kv_tbps", tbps},
+           {"frac_copy", tbps / ceil.copy_tbps},
+           {"useful_tflops", tflops},
+           {"frac_gemm", tflops / ceil.gemm_tflops},
+           {"work_items", p.plan.work.size()},
+           {"flashmla_us", sh.flashmla_us},
+           {"flashmla_strategy", sh.flashmla_note},
+           {"speedup_vs_flashmla", sh.flashmla_us > 0 ? sh.flashmla_us / st.median_us : 0.0},
+           {"output_finite", finite}});
+      write();
+    }
+    cudaStreamDestroy(s);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "dcpmla_gpu_bench: {}\n", e.what());
+    return 2;
+  }
+  return 0;
+}

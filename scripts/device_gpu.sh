@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# The one script run on the GPU machine (an H200 with nvcc, CMake, ninja; no internet):
+# configures a Release build with the CUDA backend into build-gpu, builds, runs the GPU and CUDA
+# tests, the demo on the CUDA backend when the tool has one, and a compute-sanitizer memcheck of
+# small GPU test cases. Logs go to $OUT (the device tool's output folder; ./gpu-out elsewhere).
+#
+# Build dependencies (fmt, GoogleTest, CLI11, nlohmann_json) come from the system when CMake
+# finds them there; otherwise from .devdeps/ (carry it: `carry: [".devdeps"]`), which holds the
+# Debian packages' files (.devdeps/root/usr, or .devdeps/debs/*.deb unpacked here). From it only
+# headers and sources are used: fmt header-only, CLI11 and nlohmann_json headers, GoogleTest
+# built from source, so no binary built on another distribution is linked.
+#
+#   run: scripts/device_gpu.sh            (carry .devdeps when the image lacks the packages)
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export PATH="/usr/local/cuda/bin:$PATH"
+export CMAKE_POLICY_VERSION_MINIMUM=3.5  # CMake 4 and the older config files of the deps
+JOBS=$(nproc 2>/dev/null || echo 8)
+START=$(date +%s)
+log() { echo "== [$(($(date +%s) - START))s] $*" | tee -a "$OUT/summary.txt"; }
+status=0
+
+{
+  nvidia-smi || true
+  nvcc --version || true
+  cmake --version || true
+  c++ --version || true
+  head -2 /etc/os-release 2>/dev/null || true
+} > "$OUT/env.txt" 2>&1
+log "environment in env.txt"
+
+# --- dependencies -------------------------------------------------------------------------
+probe_system_deps() {
+  local dir=/tmp/dcpmla-deps-probe
+  rm -rf "$dir" && mkdir -p "$dir"
+  cat > "$dir/CMakeLists.txt" <<'EOF'
+cmake_minimum_required(VERSION 3.20)
+project(probe LANGUAGES CXX)
+find_package(fmt REQUIRED)
+find_package(GTest REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(nlohmann_json REQUIRED)
+EOF
+  cmake -S "$dir" -B "$dir/build" > "$dir/log.txt" 2>&1
+}
+
+# Prints the prefix it built from .devdeps.
+build_carried_deps() {
+  local root=.devdeps/root
+  if [ ! -d "$root/usr/include" ] && compgen -G ".devdeps/debs/*.deb" > /dev/null; then
+    mkdir -p "$root"
+    for f in .devdeps/debs/*.deb; do dpkg-deb -x "$f" "$root"; done
+  fi
+  [ -d "$root/usr/include/fmt" ] || { echo "missing .devdeps (carry it)" >&2; return 1; }
+  local prefix=/tmp/dcpmla-deps
+  rm -rf "$prefix" && mkdir -p "$prefix/include" "$prefix/lib/cmake/fmt" "$prefix/share/cmake"
+  cp -r "$root/usr/include/fmt" "$root/usr/include/CLI" "$root/usr/include/nlohmann" \
+    "$prefix/include/"
+  cp -r "$root/usr/share/cmake/CLI11" "$root/usr/share/cmake/nlohmann_json" "$prefix/share/cmake/"
+  cat > "$prefix/lib/cmake/fmt/fmt-config.cmake" <<'EOF'
+# fmt, header-only (FMT_HEADER_ONLY): no compiled library to match this machine's toolchain.
+if(NOT TARGET fmt::fmt)
+  get_filename_component(_fmt_prefix "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
+  add_library(fmt::fmt INTERFACE IMPORTED)
+  set_target_properties(fmt::fmt PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${_fmt_prefix}/include"
+    INTERFACE_COMPILE_DEFINITIONS "FMT_HEADER_ONLY=1")
+endif()
+set(fmt_FOUND TRUE)
+EOF
+  if ! { cmake -S "$root/usr/src/googletest" -B /tmp/dcpmla-gtest-build -G Ninja \
+            -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF -DINSTALL_GTEST=ON \
+            -DCMAKE_INSTALL_PREFIX="$prefix" &&
+          cmake --build /tmp/dcpmla-gtest-build -j "$JOBS" &&
+          cmake --install /tmp/dcpmla-gtest-build; } > /tmp/dcpmla-gtest.log 2>&1; then
+    cat /tmp/dcpmla-gtest.log >&2
+    return 1
+  fi
+  echo "$prefix"
+}
+
+prefix_arg=()
+if probe_system_deps; then
+  log "dependencies: system"
+else
+  if deps=$(build_carried_deps 2>> "$OUT/build.log"); then
+    prefix_arg=("-DCMAKE_PREFIX_PATH=$deps")
+    log "dependencies: carried .devdeps -> $deps (fmt header-only, GoogleTest from source)"
+  else
+    log "FAIL: dependencies missing on the system and no usable .devdeps (see build.log)"
+    exit 1
+  fi
+fi
+
+# --- build --------------------------------------------------------------------------------
+# Step time limits come out of one budget so the whole script stays under ~8 minutes.
+BUDGET=560
+left() { local l=$((BUDGET - ($(date +%s) - START))); [ "$l" -gt 10 ] && echo "$l" || echo 10; }
+cap() { local l; l=$(left); [ "$1" -lt "$l" ] && echo "$1" || echo "$l"; }
+
+log "configure + build (Release, CUDA sm_90a)"
+{ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDCPMLA_CUDA=ON \
+    -DDCPMLA_BUILD_BENCH=ON ${prefix_arg[@]+"${prefix_arg[@]}"} &&
+  timeout "$(cap 270)" cmake --build build-gpu -j "$JOBS"; } >> "$OUT/build.log" 2>&1
+build_rc=$?
+grep -E "error|warning:" "$OUT/build.log" | head -30
+if [ $build_rc -ne 0 ]; then
+  tail -30 "$OUT/build.log"
+  log "FAIL: build (rc $build_rc, see build.log)"
+  exit 1
+fi
+log "build done"
+
+# --- tests --------------------------------------------------------------------------------
+log "ctest -L gpu (and the host-side cuda label)"
+timeout "$(cap 200)" ctest --test-dir build-gpu -L '^(gpu|cuda)$' --output-on-failure -j 4 \
+  --timeout 180 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+[ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "FAIL: gpu tests"; }
+if grep -q "Skipped\|Not Run" "$OUT/gpu_tests.log"; then
+  log "WARNING: some tests were skipped (no usable CUDA device?)"
+fi
+
+# --- benchmark ----------------------------------------------------------------------------
+if [ -x build-gpu/bench/gpu/dcpmla_gpu_bench ]; then
+  log "GPU benchmark (ceilings, FlashMLA shapes, ragged mixes, flattened, DCP per-rank shapes)"
+  timeout "$(cap 170)" build-gpu/bench/gpu/dcpmla_gpu_bench --out "$OUT/gpu_bench.json" \
+    --commit "${DCPMLA_COMMIT:-unknown}" --date "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+    ${DCPMLA_BENCH_ARGS:-} 2>&1 | tee "$OUT/gpu_bench.txt" | tail -40
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "FAIL: gpu benchmark"; }
+fi
+
+# --- demo ---------------------------------------------------------------------------------
+if build-gpu/tools/dcpmla demo --help 2>&1 | grep -q -- "--backend"; then
+  log "demo on the CUDA backend"
+  timeout "$(cap 60)" build-gpu/tools/dcpmla demo --backend cuda 2>&1 | tee "$OUT/demo.log" |
+    tail -20
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "FAIL: demo"; }
+else
+  log "demo: the tool has no --backend option yet; skipped"
+fi
+
+# --- compute-sanitizer --------------------------------------------------------------------
+if command -v compute-sanitizer > /dev/null; then
+  log "compute-sanitizer memcheck (small cases)"
+  filter='CudaBackend.DecodeRepeatsAndGrowsItsPlanBuffers:CudaBackend.InvalidDeviceBlockIdsReadNoMemory'
+  filter+=':CudaBackend.SpecMergeVectors:CudaBackend.WriteKvMatchesCpuAndSkipsBadSlots'
+  filter+=':CudaBackend.LayoutKernelsMatchCpuExactly:CudaBackend.CombineKernelsMatchCpu'
+  timeout "$(cap 90)" compute-sanitizer --tool memcheck --error-exitcode 3 \
+    build-gpu/tests/cuda/cuda_backend_test --gtest_filter="$filter" 2>&1 |
+    tee "$OUT/memcheck.log" | tail -15
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "FAIL: memcheck"; }
+  log "compute-sanitizer racecheck (one small decode)"
+  timeout "$(cap 60)" compute-sanitizer --tool racecheck --error-exitcode 3 \
+    build-gpu/tests/cuda/cuda_backend_test \
+    --gtest_filter='CudaBackend.DecodeRepeatsAndGrowsItsPlanBuffers' 2>&1 |
+    tee "$OUT/racecheck.log" | tail -8
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "FAIL: racecheck"; }
+else
+  log "compute-sanitizer not found; skipped"
+fi
+
+log "done, status $status"
+exit $status
