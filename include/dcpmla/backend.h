@@ -28,11 +28,11 @@ void validate_slot_values(const KvWriteArgs& args);
 
 struct DecodeArgs {
   const Plan* plan = nullptr;
-  TensorRef q;            // [rows, H, 576] f32 or bf16 (absorbed query)
-  KvCacheRef cache;       // this rank's cache
-  TensorRef block_table;  // [B, max_blocks] i32, shared by all ranks
-  TensorRef out;          // [rows, H, 512] f32 or q's dtype
-  TensorRef lse;          // [rows, H] f32, natural log
+  TensorRef q;                 // [rows, H, 576] f32 or bf16 (absorbed query)
+  KvCacheRef cache;            // this rank's cache
+  TensorRef block_table;       // [B, max_blocks] i32, shared by all ranks
+  TensorRef out;               // [rows, H, 512] f32 or q's dtype
+  TensorRef lse;               // [rows, H] f32, natural log
   float softmax_scale = 0.0f;  // explicit; finite and > 0
   float q_scale = 1.0f;        // scores use softmax_scale * q_scale * k_scale
   TensorRef workspace;         // >= decode_workspace_bytes(plan) bytes (u8/any dtype, 1-D)

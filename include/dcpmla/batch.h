@@ -31,6 +31,10 @@ struct Batch {
   }
 };
 
+// Checks that the batch describes itself consistently (query_start_loc, total_len, mask,
+// num_tokens and block_table sizes); throws Error naming the first bad argument.
+void validate_layout(const Batch& batch);
+
 // Exclusive global bound of query row j of request b: T - (Q - 1 - j) (causal) or T (full).
 inline std::int64_t row_global_bound(std::int64_t T, int Q, int j, Mask mask) {
   return mask == Mask::full ? T : T - (Q - 1 - j);

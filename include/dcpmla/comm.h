@@ -22,8 +22,7 @@ class Communicator {
   virtual void all_gather(const void* send, void* recv, std::size_t count, DType dtype,
                           Stream s) = 0;
   // recv [count] <- sum over ranks of their send [world, count] chunk `rank` (f32).
-  virtual void reduce_scatter_sum(const float* send, float* recv, std::size_t count,
-                                  Stream s) = 0;
+  virtual void reduce_scatter_sum(const float* send, float* recv, std::size_t count, Stream s) = 0;
   // recv [world, count] chunk r <- rank r's send chunk `rank`; send is [world, count].
   virtual void all_to_all(const void* send, void* recv, std::size_t count, DType dtype,
                           Stream s) = 0;
@@ -51,11 +50,9 @@ class InProcessCommunicator final : public Communicator {
   InProcessCommunicator(InProcessGroup& group, int rank, Backend* memory = nullptr);
   int rank() const override { return rank_; }
   int world() const override { return group_.world(); }
-  void all_gather(const void* send, void* recv, std::size_t count, DType dtype,
-                  Stream s) override;
+  void all_gather(const void* send, void* recv, std::size_t count, DType dtype, Stream s) override;
   void reduce_scatter_sum(const float* send, float* recv, std::size_t count, Stream s) override;
-  void all_to_all(const void* send, void* recv, std::size_t count, DType dtype,
-                  Stream s) override;
+  void all_to_all(const void* send, void* recv, std::size_t count, DType dtype, Stream s) override;
 
  private:
   // Publishes `send`, waits for every rank, runs `read` (which reads peers' buffers), waits again.

@@ -26,14 +26,14 @@ class DcpWorkspace {
   std::int64_t max_rows;
   int heads_per_rank;
   DType q_dtype;
-  DeviceBuffer gathered_q;  // [W, N, Hl, 576]
-  DeviceBuffer q;           // [N, W*Hl, 576]
-  DeviceBuffer partial_out; // [N, W*Hl, 512] f32
-  DeviceBuffer partial_lse; // [N, W*Hl] f32
-  DeviceBuffer send_out;    // ag_rs: [W, N, Hl, 512] f32; a2a: [W, N, Hl, 513] f32 (O, LSE)
-  DeviceBuffer recv_out;    // ag_rs: [N, Hl, 512] f32;    a2a: [W, N, Hl, 513] f32
-  DeviceBuffer recv_lse;    // ag_rs: [W, N, W*Hl] f32 gathered LSE
-  DeviceBuffer decode;      // the plan's split-KV workspace
+  DeviceBuffer gathered_q;   // [W, N, Hl, 576]
+  DeviceBuffer q;            // [N, W*Hl, 576]
+  DeviceBuffer partial_out;  // [N, W*Hl, 512] f32
+  DeviceBuffer partial_lse;  // [N, W*Hl] f32
+  DeviceBuffer send_out;     // ag_rs: [W, N, Hl, 512] f32; a2a: [W, N, Hl, 513] f32 (O, LSE)
+  DeviceBuffer recv_out;     // ag_rs: [N, Hl, 512] f32;    a2a: [W, N, Hl, 513] f32
+  DeviceBuffer recv_lse;     // ag_rs: [W, N, W*Hl] f32 gathered LSE
+  DeviceBuffer decode;       // the plan's split-KV workspace
 };
 
 struct DcpStepArgs {

@@ -12,9 +12,13 @@
 
 namespace dcpmla::merge {
 
-DCPMLA_HD float neg_inf() { return -INFINITY; }
+DCPMLA_HD float neg_inf() {
+  return -INFINITY;
+}
 
-DCPMLA_HD float sanitize_lse(float l) { return (l != l || l == INFINITY) ? -INFINITY : l; }
+DCPMLA_HD float sanitize_lse(float l) {
+  return (l != l || l == INFINITY) ? -INFINITY : l;
+}
 
 // Running max and sum of exp for merging lse values one at a time.
 struct LseAccumulator {

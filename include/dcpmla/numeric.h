@@ -33,7 +33,9 @@ DCPMLA_HD float bits_float(std::uint32_t u) {
 #endif
 }
 
-DCPMLA_HD float bf16_to_float(std::uint16_t h) { return bits_float(std::uint32_t(h) << 16); }
+DCPMLA_HD float bf16_to_float(std::uint16_t h) {
+  return bits_float(std::uint32_t(h) << 16);
+}
 
 // Round to nearest even; NaN stays a quiet NaN.
 DCPMLA_HD std::uint16_t float_to_bf16(float f) {

@@ -24,8 +24,8 @@ struct PlanLimits {
 
 struct PlanConfig {
   Sharding sharding;
-  int num_heads = 0;         // heads seen by the kernel (after the DCP query all-gather)
-  int block_size = 0;        // tokens per cache block
+  int num_heads = 0;            // heads seen by the kernel (after the DCP query all-gather)
+  int block_size = 0;           // tokens per cache block
   std::int64_t num_blocks = 0;  // blocks in each rank's cache (block ids must be < this)
   PlanLimits limits;
 };
@@ -33,10 +33,10 @@ struct PlanConfig {
 // One unit of backend work: all Q rows of one request against local KV tokens [kv_begin, kv_end).
 struct WorkItem {
   std::int32_t request;
-  std::int32_t row_begin;   // first query row of the request
-  std::int32_t num_rows;    // Q of the request
-  std::int32_t kv_begin;    // local token index, a multiple of block_size
-  std::int32_t kv_end;      // exclusive
+  std::int32_t row_begin;  // first query row of the request
+  std::int32_t num_rows;   // Q of the request
+  std::int32_t kv_begin;   // local token index, a multiple of block_size
+  std::int32_t kv_end;     // exclusive
   // -1: the request is not split and the item writes the final O / LSE rows.
   // Otherwise the first of num_rows consecutive rows in the fp32 partial workspace.
   std::int32_t partial_row;
@@ -55,19 +55,19 @@ struct SplitMerge {
 struct Plan {
   PlanConfig config;
   std::int32_t num_requests = 0;
-  std::int64_t num_rows = 0;        // query rows incl. padding
-  std::int64_t num_real_rows = 0;   // query_start_loc[B]
+  std::int64_t num_rows = 0;       // query rows incl. padding
+  std::int64_t num_real_rows = 0;  // query_start_loc[B]
   std::int32_t max_q = 0;
-  bool uniform = false;             // num_real_rows == B * max_q (and no padding rows)
+  bool uniform = false;  // num_rows == B * max_q (padding rows make it ragged)
   std::int32_t max_local_len = 0;
 
-  std::vector<std::int32_t> row_request;       // [num_rows], -1 for padding rows
-  std::vector<std::int64_t> row_global_bound;  // [num_rows], exclusive; 0 for padding
-  std::vector<std::int32_t> row_local_bound;   // [num_rows], visible local prefix on this rank
-  std::vector<std::int32_t> request_local_len; // [B], local_len(rank, T_b)
-  std::vector<WorkItem> work;                  // every request has >= 1 item (maybe empty KV)
+  std::vector<std::int32_t> row_request;        // [num_rows], -1 for padding rows
+  std::vector<std::int64_t> row_global_bound;   // [num_rows], exclusive; 0 for padding
+  std::vector<std::int32_t> row_local_bound;    // [num_rows], visible local prefix on this rank
+  std::vector<std::int32_t> request_local_len;  // [B], local_len(rank, T_b)
+  std::vector<WorkItem> work;                   // every request has >= 1 item (maybe empty KV)
   std::vector<SplitMerge> merges;
-  std::int64_t num_partial_rows = 0;           // rows of the split-KV partial workspace
+  std::int64_t num_partial_rows = 0;  // rows of the split-KV partial workspace
 };
 
 // Validates everything (throws Error naming the argument, expected and actual) and plans.

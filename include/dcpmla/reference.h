@@ -13,8 +13,8 @@ struct ReferenceProblem {
   // Only query_start_loc, total_len, mask and num_tokens are read (no block table).
   Batch batch;
   int num_heads = 0;
-  double softmax_scale = 0.0;      // the full score scale (softmax_scale * q_scale)
-  std::vector<double> q;           // [rows, H, 576]
+  double softmax_scale = 0.0;           // the full score scale (softmax_scale * q_scale)
+  std::vector<double> q;                // [rows, H, 576]
   std::vector<std::vector<double>> kv;  // per request: [T_b, 576] in global position order
 };
 

@@ -17,7 +17,8 @@ struct TensorRef {
   std::vector<std::int64_t> shape;
 
   TensorRef() = default;
-  TensorRef(void* d, DType t, std::vector<std::int64_t> s) : data(d), dtype(t), shape(std::move(s)) {}
+  TensorRef(void* d, DType t, std::vector<std::int64_t> s)
+      : data(d), dtype(t), shape(std::move(s)) {}
   TensorRef(const void* d, DType t, std::vector<std::int64_t> s)
       : data(const_cast<void*>(d)), dtype(t), shape(std::move(s)) {}
 

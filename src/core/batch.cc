@@ -1,10 +1,49 @@
 #include "dcpmla/batch.h"
 
+#include <fmt/format.h>
+
+#include <limits>
+#include <string>
+
+#include "dcpmla/error.h"
 #include "dcpmla/sharding.h"
 
 namespace dcpmla {
 
+void validate_layout(const Batch& batch) {
+  const auto& qsl = batch.query_start_loc;
+  const std::size_t B = batch.total_len.size();
+  require(qsl.size() == B + 1, ErrorCode::shape_mismatch, "query_start_loc",
+          fmt::format("{} entries (total_len describes {} requests)", B + 1, B),
+          std::to_string(qsl.size()));
+  require(qsl[0] == 0, ErrorCode::inconsistent, "query_start_loc[0]", "0", std::to_string(qsl[0]));
+  for (std::size_t b = 0; b < B; ++b) {
+    // Error text is built only for a failing entry: these loops run over every request.
+    if (qsl[b + 1] > qsl[b]) continue;
+    require(qsl[b + 1] > qsl[b], ErrorCode::inconsistent, fmt::format("query_start_loc[{}]", b + 1),
+            fmt::format("> query_start_loc[{}] = {} (every request has Q >= 1)", b, qsl[b]),
+            std::to_string(qsl[b + 1]));
+  }
+  require(batch.mask.empty() || batch.mask.size() == B, ErrorCode::shape_mismatch, "mask",
+          fmt::format("0 or {} entries", B), std::to_string(batch.mask.size()));
+  require(batch.num_tokens == -1 || batch.num_tokens >= batch.real_tokens(),
+          ErrorCode::inconsistent, "num_tokens",
+          fmt::format("-1 or >= query_start_loc[B] = {}", batch.real_tokens()),
+          std::to_string(batch.num_tokens));
+  constexpr std::int64_t kMaxLen = std::numeric_limits<std::int32_t>::max();
+  for (std::size_t b = 0; b < B; ++b) {
+    const int Q = batch.q_len(int(b));
+    const auto T = batch.total_len[b];
+    if (T >= Q && T <= kMaxLen) continue;
+    require(T >= Q, ErrorCode::inconsistent, fmt::format("total_len[{}]", b),
+            fmt::format(">= its {} query tokens (T includes them)", Q), std::to_string(T));
+    require(T <= kMaxLen, ErrorCode::out_of_range, fmt::format("total_len[{}]", b),
+            fmt::format("<= {}", kMaxLen), std::to_string(T));
+  }
+}
+
 Batch flatten(const Batch& batch) {
+  validate_layout(batch);
   Batch flat;
   const auto rows = batch.real_tokens();
   flat.query_start_loc.resize(std::size_t(rows) + 1);
@@ -28,6 +67,8 @@ Batch flatten(const Batch& batch) {
 
 std::vector<std::int64_t> step_slot_mapping(const Batch& batch, const Sharding& sharding,
                                             int block_size) {
+  validate_layout(batch);
+  sharding.validate(block_size);
   std::vector<std::int64_t> slots(std::size_t(batch.rows()), -1);
   for (int b = 0; b < batch.num_requests(); ++b) {
     const int Q = batch.q_len(b);

@@ -47,7 +47,9 @@ void HostKvCache::poison() {
       for (std::size_t i = 0; i < storage_.size(); i += 2) std::memcpy(&storage_[i], &nan, 2);
       break;
     }
-    default: std::memset(storage_.data(), 0x7f, storage_.size()); break;  // e4m3 NaN
+    default:
+      std::memset(storage_.data(), 0x7f, storage_.size());
+      break;  // e4m3 NaN
   }
 }
 
@@ -64,7 +66,8 @@ float HostKvCache::at(std::int64_t block, int offset, int dim) const {
       std::memcpy(&v, &storage_[i * 2], 2);
       return bf16_to_float(v);
     }
-    default: return fp8_e4m3_to_float(storage_[i]) * k_scale_;
+    default:
+      return fp8_e4m3_to_float(storage_[i]) * k_scale_;
   }
 }
 

@@ -6,13 +6,20 @@ namespace dcpmla {
 
 const char* to_string(ErrorCode code) {
   switch (code) {
-    case ErrorCode::invalid_argument: return "invalid argument";
-    case ErrorCode::shape_mismatch: return "shape mismatch";
-    case ErrorCode::dtype_mismatch: return "dtype mismatch";
-    case ErrorCode::out_of_range: return "out of range";
-    case ErrorCode::inconsistent: return "inconsistent";
-    case ErrorCode::unsupported: return "unsupported";
-    case ErrorCode::backend_failure: return "backend failure";
+    case ErrorCode::invalid_argument:
+      return "invalid argument";
+    case ErrorCode::shape_mismatch:
+      return "shape mismatch";
+    case ErrorCode::dtype_mismatch:
+      return "dtype mismatch";
+    case ErrorCode::out_of_range:
+      return "out of range";
+    case ErrorCode::inconsistent:
+      return "inconsistent";
+    case ErrorCode::unsupported:
+      return "unsupported";
+    case ErrorCode::backend_failure:
+      return "backend failure";
   }
   return "unknown";
 }

@@ -43,56 +43,20 @@ void validate_config(const PlanConfig& config) {
           std::to_string(lim.min_chunk_blocks));
 }
 
-void validate_requests(const Batch& batch, const PlanConfig& config) {
-  const auto& qsl = batch.query_start_loc;
-  const std::size_t B = batch.total_len.size();
-  require(qsl.size() == B + 1, ErrorCode::shape_mismatch, "query_start_loc",
-          fmt::format("{} entries (total_len describes {} requests)", B + 1, B),
-          std::to_string(qsl.size()));
-  require(qsl[0] == 0, ErrorCode::inconsistent, "query_start_loc[0]", "0", std::to_string(qsl[0]));
-  for (std::size_t b = 0; b < B; ++b) {
-    // Error text is built only for a failing entry: these loops run over every request.
-    if (qsl[b + 1] > qsl[b]) continue;
-    require(qsl[b + 1] > qsl[b], ErrorCode::inconsistent, fmt::format("query_start_loc[{}]", b + 1),
-            fmt::format("> query_start_loc[{}] = {} (every request has Q >= 1)", b, qsl[b]),
-            std::to_string(qsl[b + 1]));
-  }
-  require(batch.mask.empty() || batch.mask.size() == B, ErrorCode::shape_mismatch, "mask",
-          fmt::format("0 or {} entries", B), std::to_string(batch.mask.size()));
-  require(batch.num_tokens == -1 || batch.num_tokens >= batch.real_tokens(),
-          ErrorCode::inconsistent, "num_tokens",
-          fmt::format("-1 or >= query_start_loc[B] = {}", batch.real_tokens()),
-          std::to_string(batch.num_tokens));
-  constexpr std::int64_t kMaxLen = std::numeric_limits<std::int32_t>::max();
-  for (std::size_t b = 0; b < B; ++b) {
-    const int Q = batch.q_len(int(b));
-    const auto T = batch.total_len[b];
-    if (T >= Q && T <= kMaxLen) continue;
-    require(T >= Q, ErrorCode::inconsistent, fmt::format("total_len[{}]", b),
-            fmt::format(">= its {} query tokens (T includes them)", Q), std::to_string(T));
-    require(T <= kMaxLen, ErrorCode::out_of_range, fmt::format("total_len[{}]", b),
-            fmt::format("<= {}", kMaxLen), std::to_string(T));
-  }
-}
-
+// Checks the blocks rank 0 reads, the most any rank reads (every rank uses a prefix of the same
+// row), so every rank of a group accepts or rejects a shared batch alike: a rank that alone
+// rejected it would leave its peers waiting in the step's first collective.
 void validate_block_table(const Batch& batch, const PlanConfig& config) {
   const std::size_t B = batch.total_len.size();
-  require(batch.max_blocks >= 0, ErrorCode::invalid_argument, "max_blocks", ">= 0",
-          std::to_string(batch.max_blocks));
-  require(
-      batch.block_table.size() == B * std::size_t(batch.max_blocks), ErrorCode::shape_mismatch,
-      "block_table",
-      fmt::format("{} x {} = {} entries", B, batch.max_blocks, B * std::size_t(batch.max_blocks)),
-      std::to_string(batch.block_table.size()));
-  const auto& sh = config.sharding;
+  const Sharding sh{config.sharding.world, 0, config.sharding.interleave};
   for (std::size_t b = 0; b < B; ++b) {
     const auto local = fast_local_len(sh, batch.total_len[b]);
     const auto needed = ceil_div(local, config.block_size);
     if (needed > batch.max_blocks) {
       require(needed <= batch.max_blocks, ErrorCode::shape_mismatch,
               fmt::format("block_table row {}", b),
-              fmt::format(">= {} blocks ({} local tokens of T = {} on rank {})", needed, local,
-                          batch.total_len[b], sh.rank),
+              fmt::format(">= {} blocks ({} tokens of T = {} on rank 0, which holds the most)",
+                          needed, local, batch.total_len[b]),
               fmt::format("{} columns", batch.max_blocks));
     }
     // A min/max scan (vectorised); the per-id loop below only runs to name a bad id.
@@ -125,7 +89,7 @@ std::int64_t choose_chunk_blocks(const PlanLimits& lim, std::int64_t total_block
 
 void validate_batch(const Batch& batch, const PlanConfig& config) {
   validate_config(config);
-  validate_requests(batch, config);
+  validate_layout(batch);
   validate_block_table(batch, config);
 }
 
@@ -175,7 +139,8 @@ Plan make_plan(const Batch& batch, const PlanConfig& config) {
       if (++phase == span) phase = 0;
     }
   }
-  plan.uniform = plan.num_real_rows == std::int64_t(B) * plan.max_q;
+  // SPEC: uniform iff num_tokens == B * max_Q; padding rows count as tokens.
+  plan.uniform = plan.num_rows == std::int64_t(B) * plan.max_q;
 
   const std::int64_t chunk_tokens = choose_chunk_blocks(config.limits, total_blocks) * bs;
   plan.work.reserve(std::size_t(B));

@@ -33,7 +33,11 @@ std::int64_t Sharding::slot(std::int64_t p, std::span<const std::int32_t> block_
   require(block < std::int64_t(block_table_row.size()), ErrorCode::shape_mismatch,
           "block_table row", "at least " + std::to_string(block + 1) + " blocks",
           std::to_string(block_table_row.size()));
-  return std::int64_t(block_table_row[block]) * block_size + li % block_size;
+  const std::int32_t id = block_table_row[block];
+  // A missing entry must not become a negative slot, which writers read as "not mine, skip".
+  require(id >= 0, ErrorCode::out_of_range, "block_table row [" + std::to_string(block) + "]",
+          "a block id >= 0 for a position this rank owns", std::to_string(id));
+  return std::int64_t(id) * block_size + li % block_size;
 }
 
 }  // namespace dcpmla

@@ -15,7 +15,9 @@ std::int64_t TensorRef::numel() const {
   return n;
 }
 
-std::size_t TensorRef::bytes() const { return std::size_t(numel()) * dtype_size(dtype); }
+std::size_t TensorRef::bytes() const {
+  return std::size_t(numel()) * dtype_size(dtype);
+}
 
 std::string shape_string(const std::vector<std::int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
@@ -26,8 +28,8 @@ void check_tensor(const TensorRef& t, const std::string& argument,
   if (std::find(dtypes.begin(), dtypes.end(), t.dtype) == dtypes.end()) {
     std::vector<std::string> names;
     for (auto d : dtypes) names.emplace_back(to_string(d));
-    throw Error(ErrorCode::dtype_mismatch, argument, fmt::format("dtype {}", fmt::join(names, " or ")),
-                to_string(t.dtype));
+    throw Error(ErrorCode::dtype_mismatch, argument,
+                fmt::format("dtype {}", fmt::join(names, " or ")), to_string(t.dtype));
   }
   const std::vector<std::int64_t> want(shape);
   require(t.shape == want, ErrorCode::shape_mismatch, argument, "shape " + shape_string(want),

@@ -8,22 +8,32 @@ namespace dcpmla {
 
 std::size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f32: return 4;
-    case DType::bf16: return 2;
-    case DType::fp8_e4m3: return 1;
-    case DType::i32: return 4;
-    case DType::i64: return 8;
+    case DType::f32:
+      return 4;
+    case DType::bf16:
+      return 2;
+    case DType::fp8_e4m3:
+      return 1;
+    case DType::i32:
+      return 4;
+    case DType::i64:
+      return 8;
   }
   return 0;
 }
 
 const char* to_string(DType t) {
   switch (t) {
-    case DType::f32: return "fp32";
-    case DType::bf16: return "bf16";
-    case DType::fp8_e4m3: return "fp8";
-    case DType::i32: return "int32";
-    case DType::i64: return "int64";
+    case DType::f32:
+      return "fp32";
+    case DType::bf16:
+      return "bf16";
+    case DType::fp8_e4m3:
+      return "fp8";
+    case DType::i32:
+      return "int32";
+    case DType::i64:
+      return "int64";
   }
   return "unknown";
 }
@@ -36,7 +46,9 @@ DType parse_dtype(std::string_view text, const std::string& argument) {
               "'" + std::string(text) + "'");
 }
 
-const char* to_string(Mask m) { return m == Mask::causal ? "causal" : "full"; }
+const char* to_string(Mask m) {
+  return m == Mask::causal ? "causal" : "full";
+}
 
 Mask parse_mask(std::string_view text, const std::string& argument) {
   if (text == "causal") return Mask::causal;
