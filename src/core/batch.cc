@@ -40,6 +40,13 @@ void validate_layout(const Batch& batch) {
     require(T <= kMaxLen, ErrorCode::out_of_range, fmt::format("total_len[{}]", b),
             fmt::format("<= {}", kMaxLen), std::to_string(T));
   }
+  require(batch.max_blocks >= 0, ErrorCode::invalid_argument, "max_blocks", ">= 0",
+          std::to_string(batch.max_blocks));
+  require(
+      batch.block_table.size() == B * std::size_t(batch.max_blocks), ErrorCode::shape_mismatch,
+      "block_table",
+      fmt::format("{} x {} = {} entries", B, batch.max_blocks, B * std::size_t(batch.max_blocks)),
+      std::to_string(batch.block_table.size()));
 }
 
 Batch flatten(const Batch& batch) {
