@@ -1,0 +1,209 @@
+// dcp_step driven directly: W = 1 equals the plain decode, both combines agree, a workspace is
+// reusable across steps of different batches, and bf16 outputs are the rounded fp32 ones.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "dcpmla/comm.h"
+#include "dcpmla/cpu_backend.h"
+#include "dcpmla/dcp.h"
+#include "sim/test_support.h"
+
+namespace dcpmla {
+namespace {
+
+using testing::custom_scenario;
+
+struct StepOut {
+  std::vector<float> out;  // [rows, H, 512] assembled from all ranks
+  std::vector<float> lse;  // [rows, H]
+};
+
+// Runs the given scenarios one after the other as DCP steps on W rank threads, every rank
+// reusing one DcpWorkspace sized for `max_rows` rows and `decode_bytes` of split workspace.
+std::vector<StepOut> run_steps(const std::vector<sim::Scenario>& steps, Combine combine,
+                               PlanLimits limits, DType out_dtype, std::int64_t max_rows,
+                               std::size_t decode_bytes) {
+  const auto& spec0 = steps[0].spec;
+  const int W = spec0.world, H = spec0.heads, Hl = H / W;
+  std::vector<StepOut> results(steps.size());
+  for (std::size_t s = 0; s < steps.size(); ++s) {
+    results[s].out.assign(std::size_t(steps[s].batch.rows()) * H * kLatentDim, NAN);
+    results[s].lse.assign(std::size_t(steps[s].batch.rows()) * H, NAN);
+  }
+  InProcessGroup group(W);
+  std::vector<std::string> errors(static_cast<std::size_t>(W));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < W; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto be = make_cpu_backend(1);
+        InProcessCommunicator comm(group, r);
+        DcpWorkspace ws(*be, W, max_rows, Hl, DType::f32, decode_bytes);
+        for (std::size_t s = 0; s < steps.size(); ++s) {
+          const auto& sc = steps[s];
+          const auto& spec = sc.spec;
+          const Sharding sh{W, r, spec.interleave};
+          const float k_scale = spec.kv_dtype == DType::fp8_e4m3 ? spec.k_scale : 1.0f;
+          HostKvCache cache(spec.kv_dtype, sc.num_blocks, spec.block_size, k_scale);
+          cache.poison();
+          std::vector<float> lat;
+          std::vector<std::int64_t> slots;
+          for (int b = 0; b < sc.batch.num_requests(); ++b) {
+            for (std::int64_t p = 0; p < sc.batch.total_len[b]; ++p) {
+              lat.insert(lat.end(), sc.kv[b].begin() + p * kHeadDim,
+                         sc.kv[b].begin() + (p + 1) * kHeadDim);
+              slots.push_back(sh.slot(p, sc.batch.block_row(b), spec.block_size));
+            }
+          }
+          const auto n = std::int64_t(slots.size());
+          be->write_kv({TensorRef(lat.data(), DType::f32, {n, kHeadDim}),
+                        TensorRef(slots.data(), DType::i64, {n}), cache.ref()},
+                       nullptr);
+          const Plan plan = make_plan(sc.batch, {sh, H, spec.block_size, sc.num_blocks, limits});
+          const std::int64_t rows = plan.num_rows;
+          std::vector<float> q_local(std::size_t(rows) * Hl * kHeadDim);
+          for (std::int64_t i = 0; i < rows; ++i) {
+            std::memcpy(&q_local[std::size_t(i) * Hl * kHeadDim],
+                        &sc.q[(std::size_t(i) * H + std::size_t(r) * Hl) * kHeadDim],
+                        std::size_t(Hl) * kHeadDim * 4);
+          }
+          std::vector<std::uint8_t> out(std::size_t(rows) * Hl * kLatentDim *
+                                        dtype_size(out_dtype));
+          std::vector<float> lse(std::size_t(rows) * Hl);
+          DcpStepArgs a;
+          a.plan = &plan;
+          a.q_local = TensorRef(q_local.data(), DType::f32, {rows, Hl, kHeadDim});
+          a.cache = cache.ref();
+          a.block_table = TensorRef(sc.batch.block_table.data(), DType::i32,
+                                    {sc.batch.num_requests(), sc.batch.max_blocks});
+          a.out = TensorRef(out.data(), out_dtype, {rows, Hl, kLatentDim});
+          a.lse = TensorRef(lse.data(), DType::f32, {rows, Hl});
+          a.softmax_scale = spec.softmax_scale;
+          a.combine = combine;
+          dcp_step(*be, comm, ws, a, nullptr);
+          for (std::int64_t i = 0; i < rows; ++i) {
+            for (int h = 0; h < Hl; ++h) {
+              const std::size_t src = std::size_t(i) * Hl + h;
+              const std::size_t dst = std::size_t(i) * H + std::size_t(r) * Hl + h;
+              results[s].lse[dst] = lse[src];
+              for (int d = 0; d < kLatentDim; ++d) {
+                float v;
+                if (out_dtype == DType::f32) {
+                  std::memcpy(&v, &out[(src * kLatentDim + d) * 4], 4);
+                } else {
+                  std::uint16_t h16;
+                  std::memcpy(&h16, &out[(src * kLatentDim + d) * 2], 2);
+                  v = bf16_to_float(h16);
+                }
+                results[s].out[dst * kLatentDim + d] = v;
+              }
+            }
+          }
+        }
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < W; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  return results;
+}
+
+sim::ScenarioSpec spec_for(int W, int H, std::uint64_t seed) {
+  sim::ScenarioSpec s;
+  s.world = W;
+  s.heads = H;
+  s.block_size = 16;
+  s.kv_dtype = DType::bf16;
+  s.q_dtype = DType::f32;
+  s.seed = seed;
+  return s;
+}
+
+TEST(DcpStep, SingleRankEqualsThePlainDecode) {
+  const auto sc = custom_scenario(spec_for(1, 4, 1), {8, 1, 3}, {100, 40, 3}, {}, 2);
+  for (Combine c : {Combine::ag_rs, Combine::a2a}) {
+    for (int k : {0, 1}) {
+      const PlanLimits lim{.kv_chunk_blocks = k};
+      const auto step = run_steps({sc}, c, lim, DType::f32, sc.batch.rows(), 1 << 22)[0];
+      const auto direct = testing::decode_rank(sc, 0, lim);
+      ASSERT_EQ(step.out.size(), direct.out.size());
+      for (std::size_t i = 0; i < step.out.size(); ++i) {
+        ASSERT_EQ(step.out[i], direct.out[i]) << to_string(c) << " " << i;
+      }
+      for (std::size_t i = 0; i < step.lse.size(); ++i) {
+        ASSERT_EQ(step.lse[i], direct.lse[i]) << to_string(c) << " " << i;
+      }
+    }
+  }
+}
+
+TEST(DcpStep, BothCombinesAgreeAndMatchTheReference) {
+  for (int W : {2, 3, 4}) {
+    auto spec = spec_for(W, 2 * W, 10 + W);
+    const auto sc = custom_scenario(spec, {8, 1, 4, 2}, {100, 40, 5, 2}, {}, 1);
+    const auto ag = run_steps({sc}, Combine::ag_rs, {}, DType::f32, 64, 1 << 20)[0];
+    const auto a2a = run_steps({sc}, Combine::a2a, {}, DType::f32, 64, 1 << 20)[0];
+    for (std::size_t i = 0; i < ag.out.size(); ++i) ASSERT_NEAR(ag.out[i], a2a.out[i], 1e-6);
+    for (std::size_t i = 0; i < ag.lse.size(); ++i) {
+      if (std::isinf(ag.lse[i])) {
+        ASSERT_EQ(ag.lse[i], a2a.lse[i]);
+      } else {
+        ASSERT_NEAR(ag.lse[i], a2a.lse[i], 1e-6);
+      }
+    }
+    const auto want = sim::run_reference(sc);
+    const auto tol = sim::tolerance_for(sc.spec);
+    for (const auto* got : {&ag, &a2a}) {
+      const auto cmp = sim::compare(sc, {got->out, got->lse}, want, tol);
+      EXPECT_TRUE(cmp.pass) << "W " << W << ": " << testing::describe(cmp);
+    }
+  }
+}
+
+TEST(DcpStep, WorkspaceIsReusableAcrossBatches) {
+  auto spec = spec_for(2, 4, 20);
+  std::vector<sim::Scenario> steps = {
+      custom_scenario(spec, {8, 1}, {100, 40}),
+      custom_scenario(spec, {3}, {3}, {}, 4),
+      custom_scenario(spec, {2, 2, 5}, {300, 17, 60}, {Mask::causal, Mask::full, Mask::causal}),
+  };
+  for (std::size_t s = 0; s < steps.size(); ++s) steps[s].spec.seed = 30 + s;
+  for (Combine c : {Combine::ag_rs, Combine::a2a}) {
+    const PlanLimits lim{.kv_chunk_blocks = 1};
+    const auto reused = run_steps(steps, c, lim, DType::f32, 16, 1 << 22);
+    for (std::size_t s = 0; s < steps.size(); ++s) {
+      const auto fresh = run_steps({steps[s]}, c, lim, DType::f32, steps[s].batch.rows(), 1 << 22);
+      EXPECT_EQ(std::memcmp(reused[s].out.data(), fresh[0].out.data(), fresh[0].out.size() * 4), 0)
+          << "step " << s;
+      EXPECT_EQ(std::memcmp(reused[s].lse.data(), fresh[0].lse.data(), fresh[0].lse.size() * 4), 0)
+          << "step " << s;
+      // and the sim runner (which builds its own workspace) gives the same bits
+      sim::RunOptions o;
+      o.combine = c;
+      o.limits = lim;
+      const auto sim_run = sim::run_dcp(steps[s], testing::cpu1(), o);
+      EXPECT_TRUE(sim::agreement(sim_run, {fresh[0].out, fresh[0].lse}).bit_identical);
+    }
+  }
+}
+
+TEST(DcpStep, Bf16OutputIsTheRoundedFp32Output) {
+  const auto sc = custom_scenario(spec_for(2, 4, 40), {8, 2}, {100, 40});
+  for (Combine c : {Combine::ag_rs, Combine::a2a}) {
+    const auto f32 = run_steps({sc}, c, {}, DType::f32, 10, 0)[0];
+    const auto b16 = run_steps({sc}, c, {}, DType::bf16, 10, 0)[0];
+    EXPECT_EQ(f32.lse, b16.lse);
+    for (std::size_t i = 0; i < f32.out.size(); ++i) {
+      ASSERT_EQ(b16.out[i], bf16_to_float(float_to_bf16(f32.out[i]))) << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dcpmla

@@ -1,0 +1,557 @@
+// The CUDA backend's pieces, one at a time, against the CPU backend: memory, KV write, decode of
+// one rank (every dtype combination, splits, padding), the combine kernels, the merge vectors of
+// the SPEC, streams, graph capture and the argument checks.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "dcpmla/error.h"
+#include "gpu_test_support.h"
+
+namespace dcpmla {
+namespace {
+
+using gpu_testing::decode_values;
+using gpu_testing::encode;
+using gpu_testing::make_backend;
+using gpu_testing::on_cpu;
+using gpu_testing::run_decode;
+using gpu_testing::to_device;
+using gpu_testing::to_host;
+using testing::custom_scenario;
+
+std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = normal(rng);
+  return v;
+}
+
+// LSE values with the awkward cases mixed in: -inf (empty), NaN and +inf (garbage = empty).
+std::vector<float> random_lse(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(2.0f, 3.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    switch (rng() % 8) {
+      case 0:
+        x = -INFINITY;
+        break;
+      case 1:
+        x = NAN;
+        break;
+      case 2:
+        x = INFINITY;
+        break;
+      default:
+        x = normal(rng);
+        break;
+    }
+  }
+  return v;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rel,
+                  const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (std::isinf(want[i]) || std::isnan(want[i])) {
+      ASSERT_TRUE(std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i])
+          << what << "[" << i << "]: " << got[i] << " vs " << want[i];
+      continue;
+    }
+    ASSERT_LE(std::abs(double(got[i]) - want[i]), rel * std::max(1.0, std::abs(double(want[i]))))
+        << what << "[" << i << "]: " << got[i] << " vs " << want[i];
+  }
+}
+
+TEST(CudaBackend, AvailableAndNamed) {
+  DCPMLA_REQUIRE_GPU();
+  auto be = make_backend();
+  if (!on_cpu()) {
+    EXPECT_EQ(be->name(), "cuda");
+  }
+}
+
+TEST(CudaBackend, MemoryUploadDownloadCopyAccumulate) {
+  DCPMLA_REQUIRE_GPU();
+  auto be = make_backend();
+  EXPECT_EQ(DeviceBuffer(*be, 0).data(), nullptr);
+  const auto a = random_floats(1000, 1), b = random_floats(1000, 2);
+  const DeviceBuffer da = to_device(*be, a);
+  const DeviceBuffer db = to_device(*be, b);
+  DeviceBuffer dc(*be, a.size() * 4);
+  be->copy(dc.data(), da.data(), a.size() * 4, nullptr);
+  EXPECT_EQ(to_host<float>(*be, dc.data(), a.size()), a);
+  be->accumulate(static_cast<float*>(dc.data()), static_cast<const float*>(db.data()), 999,
+                 nullptr);
+  const auto c = to_host<float>(*be, dc.data(), a.size());
+  for (std::size_t i = 0; i < 999; ++i) ASSERT_EQ(c[i], a[i] + b[i]);
+  EXPECT_EQ(c[999], a[999]);  // count is respected
+}
+
+// Negative and out-of-range slots are skipped (the device cannot throw); every written entry is
+// bit-identical to the CPU backend's for every latent and cache dtype.
+TEST(CudaBackend, WriteKvMatchesCpuAndSkipsBadSlots) {
+  DCPMLA_REQUIRE_GPU();
+  auto be = make_backend();
+  auto cpu = make_cpu_backend(1);
+  const std::int64_t num_blocks = 3, bs = 4, capacity = num_blocks * bs;
+  const std::vector<std::int64_t> slots = {-1, 3, capacity, 5, -7, 11, capacity + 100, 0};
+  std::vector<std::int64_t> valid = slots;
+  for (auto& s : valid) {
+    if (s < 0 || s >= capacity) s = -1;
+  }
+  const auto n = std::int64_t(slots.size());
+  const auto latents = random_floats(std::size_t(n) * kHeadDim, 3, 0.5f);
+  for (DType lat : {DType::f32, DType::bf16}) {
+    for (DType kv : {DType::f32, DType::bf16, DType::fp8_e4m3}) {
+      SCOPED_TRACE(std::string(to_string(lat)) + " -> " + to_string(kv));
+      const float k_scale = kv == DType::fp8_e4m3 ? 0.0625f : 1.0f;
+      HostKvCache host(kv, num_blocks, int(bs), k_scale);
+      KvCacheRef ref = host.ref();
+      std::vector<std::uint8_t> pattern(ref.bytes(), 0x11);
+      std::memcpy(ref.data, pattern.data(), pattern.size());
+      const auto lat_bytes = encode(latents, lat);
+      cpu->write_kv({TensorRef(lat_bytes.data(), lat, {n, kHeadDim}),
+                     TensorRef(valid.data(), DType::i64, {n}), ref},
+                    nullptr);
+      const std::vector<std::uint8_t> want(static_cast<std::uint8_t*>(ref.data),
+                                           static_cast<std::uint8_t*>(ref.data) + ref.bytes());
+
+      const DeviceBuffer dcache = to_device(*be, pattern);
+      const DeviceBuffer dlat = to_device(*be, lat_bytes);
+      const DeviceBuffer dslots = to_device(*be, on_cpu() ? valid : slots);
+      KvCacheRef dref{dcache.data(), kv, num_blocks, int(bs), k_scale};
+      be->write_kv({dlat.tensor(lat, {n, kHeadDim}), dslots.tensor(DType::i64, {n}), dref},
+                   nullptr);
+      EXPECT_EQ(to_host<std::uint8_t>(*be, dcache.data(), want.size()), want);
+    }
+  }
+}
+
+// One rank's decode, every (q, out, cache) dtype combination, head counts that do and do not
+// fill a 64-pair tile, block sizes 1..64, splits and padding: against the CPU backend.
+TEST(CudaBackend, DecodeMatchesCpuBackend) {
+  DCPMLA_REQUIRE_GPU();
+  auto be = make_backend();
+  auto cpu = make_cpu_backend(4);
+  std::mt19937_64 rng(17);
+  int seed = 1;
+  for (DType q : {DType::f32, DType::bf16}) {
+    for (DType out : {DType::f32, DType::bf16}) {
+      if (out == DType::bf16 && q != DType::bf16) continue;  // out is f32 or q's dtype
+      for (DType kv : {DType::f32, DType::bf16, DType::fp8_e4m3}) {
+        for (int H : {1, 3, 16, 128}) {
+          sim::ScenarioSpec spec;
+          spec.world = 2;
+          spec.heads = H;
+          spec.block_size = std::vector<int>{1, 16, 64}[rng() % 3];
+          spec.kv_dtype = kv;
+          spec.q_dtype = q;
+          spec.seed = seed++;
+          const std::vector<int> q_lens = {16, 1, 3, 7};
+          const std::vector<std::int64_t> lens = {16, 2, 300, H >= 64 ? 200 : 1500};
+          const std::vector<Mask> masks = {Mask::causal, Mask::causal, Mask::full, Mask::causal};
+          const sim::Scenario sc = custom_scenario(spec, q_lens, lens, masks, /*padding=*/3);
+          PlanLimits limits;
+          limits.kv_chunk_blocks = int(rng() % 3);
+          const int rank = int(rng() % 2);
+          SCOPED_TRACE(testing::describe(spec) + " out " + to_string(out) + " rank " +
+                       std::to_string(rank) + " chunk " + std::to_string(limits.kv_chunk_blocks));
+          const auto got = run_decode(*be, sc, rank, limits, out);
+          const auto want = run_decode(*cpu, sc, rank, limits, out);
+          const double out_tol = out == DType::bf16 ? 2e-2 : 1e-4;
+          for (std::size_t k = 0; k < want.lse.size(); ++k) {
+            if (std::isinf(want.lse[k])) {
+              ASSERT_EQ(got.lse[k], want.lse[k]) << "(row, head) " << k;
+              for (int d = 0; d < kLatentDim; ++d) {
+                ASSERT_EQ(got.out[k * kLatentDim + d], 0.0f) << "(row, head) " << k;
+              }
+              continue;
+            }
+            ASSERT_NEAR(got.lse[k], want.lse[k], 1e-4) << "(row, head) " << k;
+            for (int d = 0; d < kLatentDim; ++d) {
+              ASSERT_NEAR(got.out[k * kLatentDim + d], want.out[k * kLatentDim + d], out_tol)
+                  << "(row, head) " << k << " dim " << d;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Bigger plans after smaller ones (device buffers grow), the same plan again (no upload), and
+// identical bits each time.
+TEST(CudaBackend, DecodeRepeatsAndGrowsItsPlanBuffers) {
+  DCPMLA_REQUIRE_GPU();
+  auto be = make_backend();
+  sim::ScenarioSpec spec;
+  spec.heads = 16;
+  spec.seed = 3;
+  const sim::Scenario small = custom_scenario(spec, {2}, {40});
+  spec.seed = 4;
+  const sim::Scenario big = custom_scenario(spec, {8, 1, 4, 2, 3}, {900, 10, 2000, 64, 5});
+  PlanLimits limits;
+  limits.kv_chunk_blocks = 1;
+  const auto a1 = run_decode(*be, small, 0, limits, DType::f32);
+  const auto b1 = run_decode(*be, big, 0, limits, DType::f32);
+  const auto b2 = run_decode(*be, big, 0, limits, DType::f32);
+  const auto a2 = run_decode(*be, small, 0, limits, DType::f32);
+  EXPECT_EQ(a1.out, a2.out);
+  EXPECT_EQ(a1.lse, a2.lse);
+  EXPECT_EQ(b1.out, b2.out);
+  EXPECT_EQ(b1.lse, b2.lse);
+}
+
+// Decode on a non-default stream, then the same decode captured in a CUDA graph and replayed:
+// the same bits. A capture that would need a new plan upload is refused, not mis-recorded.
+TEST(CudaBackend, StreamsAndGraphCapture) {
+  DCPMLA_REQUIRE_GPU();
+  if (on_cpu()) GTEST_SKIP() << "CUDA streams only";
+  auto be = make_backend();
+  sim::ScenarioSpec spec;
+  spec.heads = 16;
+  spec.seed = 8;
+  const sim::Scenario sc = custom_scenario(spec, {8, 2, 1}, {100, 40, 700});
+  const Sharding sh{spec.world, 0, spec.interleave};
+  PlanLimits limits;
+  limits.kv_chunk_blocks = 2;
+  const Plan plan = make_plan(sc.batch, {sh, spec.heads, spec.block_size, sc.num_blocks, limits});
+  Batch other_batch = sc.batch;
+  other_batch.total_len[2] = 600;
+  const Plan other =
+      make_plan(other_batch, {sh, spec.heads, spec.block_size, sc.num_blocks, limits});
+
+  const std::int64_t rows = sc.batch.rows();
+  const int H = spec.heads;
+  KvCacheRef cache{nullptr, DType::bf16, sc.num_blocks, spec.block_size, 1.0f};
+  std::vector<std::uint16_t> cache_host(cache.bytes() / 2);
+  for (std::size_t i = 0; i < cache_host.size(); ++i) {
+    cache_host[i] = float_to_bf16(std::sin(float(i) * 0.37f));
+  }
+  const DeviceBuffer dcache = to_device(*be, cache_host);
+  cache.data = dcache.data();
+  const DeviceBuffer q = to_device(*be, encode(sc.q, DType::bf16));
+  const DeviceBuffer bt = to_device(*be, sc.batch.block_table);
+  DeviceBuffer out(*be, std::size_t(rows) * H * kLatentDim * 2);
+  DeviceBuffer lse(*be, std::size_t(rows) * H * 4);
+  DeviceBuffer ws(*be, decode_workspace_bytes(plan));
+  DecodeArgs args;
+  args.plan = &plan;
+  args.q = q.tensor(DType::bf16, {rows, H, kHeadDim});
+  args.cache = cache;
+  args.block_table = bt.tensor(DType::i32, {sc.batch.num_requests(), sc.batch.max_blocks});
+  args.out = out.tensor(DType::bf16, {rows, H, kLatentDim});
+  args.lse = lse.tensor(DType::f32, {rows, H});
+  args.softmax_scale = spec.softmax_scale;
+  args.workspace = ws.tensor(DType::fp8_e4m3, {std::int64_t(ws.bytes())});
+
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  be->decode(args, s);
+  be->synchronize(s);
+  const auto out1 = to_host<std::uint8_t>(*be, out.data(), out.bytes());
+  const auto lse1 = to_host<float>(*be, lse.data(), std::size_t(rows) * H);
+  ASSERT_EQ(cudaMemsetAsync(out.data(), 0xff, out.bytes(), s), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(lse.data(), 0xff, lse.bytes(), s), cudaSuccess);
+
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  be->decode(args, s);
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  be->synchronize(s);
+  EXPECT_EQ(to_host<std::uint8_t>(*be, out.data(), out.bytes()), out1);
+  EXPECT_EQ(to_host<float>(*be, lse.data(), std::size_t(rows) * H), lse1);
+
+  // A different plan under capture needs an upload: refused with Error(unsupported).
+  DecodeArgs other_args = args;
+  other_args.plan = &other;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  try {
+    be->decode(other_args, s);
+    ADD_FAILURE() << "a capture needing a plan upload was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported);
+  }
+  cudaGraph_t discarded = nullptr;
+  cudaStreamEndCapture(s, &discarded);
+  if (discarded) cudaGraphDestroy(discarded);
+  cudaGetLastError();
+
+  // After the capture, a new plan goes to a fresh buffer: the captured graph still replays the
+  // old plan correctly.
+  be->decode(other_args, s);
+  be->synchronize(s);
+  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  be->synchronize(s);
+  EXPECT_EQ(to_host<std::uint8_t>(*be, out.data(), out.bytes()), out1);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+}
+
+// Device block ids outside the cache are not checked on the host: they must read no memory
+// (run this under compute-sanitizer) and leave requests that do not use them untouched.
+TEST(CudaBackend, InvalidDeviceBlockIdsReadNoMemory) {
+  DCPMLA_REQUIRE_GPU();
+  if (on_cpu()) GTEST_SKIP() << "the CPU backend rejects invalid block ids on the host";
+  auto be = make_backend();
+  sim::ScenarioSpec spec;
+  spec.heads = 16;
+  spec.block_size = 16;
+  spec.seed = 12;
+  const sim::Scenario sc = custom_scenario(spec, {4, 2}, {200, 90});
+  Batch bad = sc.batch;
+  bad.block_table[1] = 1 << 30;  // request 0, second block
+  bad.block_table[2] = -5;       // request 0, third block
+  // The plan comes from the valid batch; only the device copy of the table is bad.
+  const Sharding sh{spec.world, 0, spec.interleave};
+  const Plan plan = make_plan(sc.batch, {sh, spec.heads, spec.block_size, sc.num_blocks, {}});
+  const std::int64_t rows = sc.batch.rows();
+  KvCacheRef cache{nullptr, DType::bf16, sc.num_blocks, spec.block_size, 1.0f};
+  DeviceBuffer dcache(*be, cache.bytes());
+  ASSERT_EQ(cudaMemset(dcache.data(), 0, cache.bytes()), cudaSuccess);
+  cache.data = dcache.data();
+  const DeviceBuffer q = to_device(*be, encode(sc.q, DType::bf16));
+  const DeviceBuffer bt = to_device(*be, bad.block_table);
+  DeviceBuffer out(*be, std::size_t(rows) * spec.heads * kLatentDim * 4);
+  DeviceBuffer lse(*be, std::size_t(rows) * spec.heads * 4);
+  DecodeArgs args;
+  args.plan = &plan;
+  args.q = q.tensor(DType::bf16, {rows, spec.heads, kHeadDim});
+  args.cache = cache;
+  args.block_table = bt.tensor(DType::i32, {bad.num_requests(), bad.max_blocks});
+  args.out = out.tensor(DType::f32, {rows, spec.heads, kLatentDim});
+  args.lse = lse.tensor(DType::f32, {rows, spec.heads});
+  args.softmax_scale = spec.softmax_scale;
+  be->decode(args, nullptr);
+  EXPECT_NO_THROW(be->synchronize(nullptr));
+}
+
+TEST(CudaBackend, RejectsBadArgumentsBeforeLaunching) {
+  DCPMLA_REQUIRE_GPU();
+  auto be = make_backend();
+  sim::ScenarioSpec spec;
+  spec.heads = 4;
+  spec.world = 1;
+  const sim::Scenario sc = custom_scenario(spec, {2}, {100});
+  const Plan plan = make_plan(sc.batch, {{1, 0, 1}, 4, spec.block_size, sc.num_blocks, {}});
+  const std::int64_t rows = sc.batch.rows();
+  KvCacheRef cache{nullptr, DType::bf16, sc.num_blocks, spec.block_size, 1.0f};
+  DeviceBuffer dcache(*be, cache.bytes());
+  cache.data = dcache.data();
+  DeviceBuffer q(*be, std::size_t(rows) * 4 * kHeadDim * 2 + 16);
+  const DeviceBuffer bt = to_device(*be, sc.batch.block_table);
+  DeviceBuffer out(*be, std::size_t(rows) * 4 * kLatentDim * 4);
+  DeviceBuffer lse(*be, std::size_t(rows) * 4 * 4);
+  DecodeArgs args;
+  args.plan = &plan;
+  args.q = q.tensor(DType::bf16, {rows, 4, kHeadDim});
+  args.cache = cache;
+  args.block_table = bt.tensor(DType::i32, {1, sc.batch.max_blocks});
+  args.out = out.tensor(DType::f32, {rows, 4, kLatentDim});
+  args.lse = lse.tensor(DType::f32, {rows, 4});
+  args.softmax_scale = spec.softmax_scale;
+  EXPECT_NO_THROW(be->decode(args, nullptr));
+  be->synchronize(nullptr);
+
+  DecodeArgs narrow = args;
+  narrow.block_table = TensorRef(bt.data(), DType::i32, {1, 0});
+  try {
+    be->decode(narrow, nullptr);
+    ADD_FAILURE() << "a block table with too few columns was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::shape_mismatch);
+  }
+  DecodeArgs bad_scale = args;
+  bad_scale.softmax_scale = NAN;
+  EXPECT_THROW(be->decode(bad_scale, nullptr), Error);
+  if (!on_cpu()) {
+    DecodeArgs misaligned = args;
+    misaligned.q.data = static_cast<std::uint8_t*>(q.data()) + 2;
+    try {
+      be->decode(misaligned, nullptr);
+      ADD_FAILURE() << "a misaligned q was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::unsupported);
+    }
+  }
+}
+
+// The ag_rs and a2a combine pieces and the layout kernels against the CPU backend, with -inf,
+// NaN and +inf LSE values and NaN payloads behind them.
+TEST(CudaBackend, CombineKernelsMatchCpu) {
+  DCPMLA_REQUIRE_GPU();
+  auto be = make_backend();
+  auto cpu = make_cpu_backend(1);
+  const int W = 4, N = 5, H = 8, Hl = H / W;
+  auto po = random_floats(std::size_t(N) * H * kLatentDim, 21);
+  const auto glse = random_lse(std::size_t(W) * N * H, 22);
+  for (int rank = 0; rank < W; ++rank) {
+    // Garbage payload wherever this rank's LSE says empty.
+    auto payload = po;
+    for (int i = 0; i < N * H; ++i) {
+      const float l = glse[std::size_t(rank) * N * H + i];
+      if (!std::isfinite(l)) {
+        for (int d = 0; d < kLatentDim; ++d) payload[std::size_t(i) * kLatentDim + d] = NAN;
+      }
+    }
+    std::vector<float> send_cpu(std::size_t(W) * N * Hl * kLatentDim, -1.0f);
+    std::vector<float> lse_cpu(std::size_t(N) * Hl, -1.0f);
+    cpu->combine_rescale({W, rank, TensorRef(glse.data(), DType::f32, {W, N, H}),
+                          TensorRef(payload.data(), DType::f32, {N, H, kLatentDim}),
+                          TensorRef(send_cpu.data(), DType::f32, {W, N, Hl, kLatentDim}),
+                          TensorRef(lse_cpu.data(), DType::f32, {N, Hl})},
+                         nullptr);
+    const DeviceBuffer dg = to_device(*be, glse), dp = to_device(*be, payload);
+    const DeviceBuffer ds = to_device(*be, std::vector<float>(send_cpu.size(), -1.0f));
+    const DeviceBuffer dl = to_device(*be, std::vector<float>(lse_cpu.size(), -1.0f));
+    be->combine_rescale(
+        {W, rank, dg.tensor(DType::f32, {W, N, H}), dp.tensor(DType::f32, {N, H, kLatentDim}),
+         ds.tensor(DType::f32, {W, N, Hl, kLatentDim}), dl.tensor(DType::f32, {N, Hl})},
+        nullptr);
+    const auto send = to_host<float>(*be, ds.data(), send_cpu.size());
+    for (float x : send) ASSERT_FALSE(std::isnan(x)) << "a NaN payload behind weight 0 leaked";
+    expect_close(send, send_cpu, 1e-6, "combine_rescale send");
+    expect_close(to_host<float>(*be, dl.data(), lse_cpu.size()), lse_cpu, 1e-6,
+                 "combine_rescale lse");
+  }
+
+  // a2a: pack, then merge (f32 and bf16 out).
+  const auto pl = random_lse(std::size_t(N) * H, 23);
+  std::vector<float> packed_cpu(std::size_t(W) * N * Hl * kPackedRow);
+  cpu->combine_pack({W, TensorRef(po.data(), DType::f32, {N, H, kLatentDim}),
+                     TensorRef(pl.data(), DType::f32, {N, H}),
+                     TensorRef(packed_cpu.data(), DType::f32, {W, N, Hl, kPackedRow})},
+                    nullptr);
+  const DeviceBuffer dpo = to_device(*be, po), dpl = to_device(*be, pl);
+  DeviceBuffer dpacked(*be, packed_cpu.size() * 4);
+  be->combine_pack({W, dpo.tensor(DType::f32, {N, H, kLatentDim}), dpl.tensor(DType::f32, {N, H}),
+                    dpacked.tensor(DType::f32, {W, N, Hl, kPackedRow})},
+                   nullptr);
+  const auto packed = to_host<float>(*be, dpacked.data(), packed_cpu.size());
+  ASSERT_EQ(std::memcmp(packed.data(), packed_cpu.data(), packed.size() * 4), 0);
+
+  // The receiver's view: W peers' packed rows of one rank's Hl heads, with garbage payloads.
+  auto recv = random_floats(std::size_t(W) * N * Hl * kPackedRow, 24);
+  const auto recv_lse = random_lse(std::size_t(W) * N * Hl, 25);
+  for (std::size_t i = 0; i < recv_lse.size(); ++i) {
+    recv[i * kPackedRow + kLatentDim] = recv_lse[i];
+    if (!std::isfinite(recv_lse[i])) recv[i * kPackedRow + 7] = NAN;
+  }
+  const DeviceBuffer drecv = to_device(*be, recv);
+  for (DType out : {DType::f32, DType::bf16}) {
+    std::vector<std::uint8_t> out_cpu(std::size_t(N) * Hl * kLatentDim * dtype_size(out));
+    std::vector<float> lse_cpu(std::size_t(N) * Hl);
+    cpu->combine_merge({TensorRef(recv.data(), DType::f32, {W, N, Hl, kPackedRow}),
+                        TensorRef(out_cpu.data(), out, {N, Hl, kLatentDim}),
+                        TensorRef(lse_cpu.data(), DType::f32, {N, Hl})},
+                       nullptr);
+    DeviceBuffer dout(*be, out_cpu.size());
+    DeviceBuffer dlse(*be, lse_cpu.size() * 4);
+    be->combine_merge({drecv.tensor(DType::f32, {W, N, Hl, kPackedRow}),
+                       dout.tensor(out, {N, Hl, kLatentDim}), dlse.tensor(DType::f32, {N, Hl})},
+                      nullptr);
+    const auto got = decode_values(to_host<std::uint8_t>(*be, dout.data(), out_cpu.size()), out);
+    for (float x : got) ASSERT_FALSE(std::isnan(x)) << "a NaN payload behind weight 0 leaked";
+    expect_close(got, decode_values(out_cpu, out), out == DType::bf16 ? 1e-2 : 1e-6,
+                 "combine_merge out");
+    expect_close(to_host<float>(*be, dlse.data(), lse_cpu.size()), lse_cpu, 1e-6,
+                 "combine_merge lse");
+  }
+}
+
+TEST(CudaBackend, LayoutKernelsMatchCpuExactly) {
+  DCPMLA_REQUIRE_GPU();
+  auto be = make_backend();
+  auto cpu = make_cpu_backend(1);
+  const int W = 4, N = 3, Hl = 5;
+  for (DType t : {DType::f32, DType::bf16}) {
+    for (std::size_t offset : {std::size_t(0), dtype_size(t)}) {  // aligned and misaligned
+      SCOPED_TRACE(std::string(to_string(t)) + " offset " + std::to_string(offset));
+      const auto bytes = encode(random_floats(std::size_t(W) * N * Hl * kHeadDim, 31), t);
+      std::vector<std::uint8_t> want(bytes.size());
+      cpu->unpack_query({TensorRef(bytes.data(), t, {W, N, Hl, kHeadDim}),
+                         TensorRef(want.data(), t, {N, W * Hl, kHeadDim})},
+                        nullptr);
+      DeviceBuffer src(*be, bytes.size() + offset), dst(*be, bytes.size() + offset);
+      auto* s = static_cast<std::uint8_t*>(src.data()) + offset;
+      auto* d = static_cast<std::uint8_t*>(dst.data()) + offset;
+      be->upload(s, bytes.data(), bytes.size(), nullptr);
+      be->unpack_query(
+          {TensorRef(s, t, {W, N, Hl, kHeadDim}), TensorRef(d, t, {N, W * Hl, kHeadDim})}, nullptr);
+      EXPECT_EQ(to_host<std::uint8_t>(*be, d, want.size()), want);
+    }
+  }
+  auto x = random_floats(10001, 32, 100.0f);
+  x[5] = NAN;
+  x[6] = INFINITY;
+  x[7] = -0.0f;
+  x[8] = 1e-40f;
+  const DeviceBuffer dx = to_device(*be, x);
+  for (DType t : {DType::f32, DType::bf16}) {
+    std::vector<std::uint8_t> want(x.size() * dtype_size(t));
+    cpu->convert({TensorRef(x.data(), DType::f32, {std::int64_t(x.size())}),
+                  TensorRef(want.data(), t, {std::int64_t(x.size())})},
+                 nullptr);
+    DeviceBuffer dy(*be, want.size());
+    be->convert(
+        {dx.tensor(DType::f32, {std::int64_t(x.size())}), dy.tensor(t, {std::int64_t(x.size())})},
+        nullptr);
+    EXPECT_EQ(to_host<std::uint8_t>(*be, dy.data(), want.size()), want) << to_string(t);
+  }
+}
+
+// SPEC merge vectors through the a2a merge kernel: O = [1, 0], L = ln 3 with O = [0, 1], L = 0
+// -> O = [0.75, 0.25], L = ln 4; second partial empty (L = -inf, O = [123, NaN]) -> O = [1, 0],
+// L = ln 3; both empty -> O = 0, L = -inf.
+TEST(CudaBackend, SpecMergeVectors) {
+  DCPMLA_REQUIRE_GPU();
+  auto be = make_backend();
+  struct V {
+    float l0, l1;
+    float a1, b1;  // the second partial's first two dims
+    float o0, o1, lse;
+  };
+  const V vectors[] = {
+      {std::log(3.0f), 0.0f, 0.0f, 1.0f, 0.75f, 0.25f, std::log(4.0f)},
+      {std::log(3.0f), -INFINITY, 123.0f, NAN, 1.0f, 0.0f, std::log(3.0f)},
+      {-INFINITY, -INFINITY, 123.0f, NAN, 0.0f, 0.0f, -INFINITY},
+  };
+  for (const V& v : vectors) {
+    std::vector<float> recv(2 * kPackedRow, 0.0f);
+    recv[0] = v.l0 == -INFINITY ? NAN : 1.0f;
+    recv[kLatentDim] = v.l0;
+    recv[kPackedRow + 0] = v.a1;
+    recv[kPackedRow + 1] = v.b1;
+    recv[kPackedRow + kLatentDim] = v.l1;
+    const DeviceBuffer dr = to_device(*be, recv);
+    DeviceBuffer dout(*be, kLatentDim * 4), dlse(*be, 4);
+    be->combine_merge(
+        {dr.tensor(DType::f32, {2, 1, 1, kPackedRow}), dout.tensor(DType::f32, {1, 1, kLatentDim}),
+         dlse.tensor(DType::f32, {1, 1})},
+        nullptr);
+    const auto o = to_host<float>(*be, dout.data(), kLatentDim);
+    const float l = to_host<float>(*be, dlse.data(), 1)[0];
+    EXPECT_NEAR(o[0], v.o0, 1e-6);
+    EXPECT_NEAR(o[1], v.o1, 1e-6);
+    for (int d = 2; d < kLatentDim; ++d) ASSERT_EQ(o[d], 0.0f);
+    if (std::isinf(v.lse)) {
+      EXPECT_EQ(l, -INFINITY);
+    } else {
+      EXPECT_NEAR(l, v.lse, 1e-6);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dcpmla

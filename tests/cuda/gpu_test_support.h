@@ -1,0 +1,213 @@
+// Helpers of the GPU test suites: the backend under test, device buffers, a one-rank decode run
+// on any backend, and random DCP cases.
+//
+// The backend under test is the CUDA backend; with DCPMLA_GPU_TESTS_ON_CPU=1 the same suites run
+// against the CPU backend instead, which checks the tests themselves on a machine without a GPU.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dcpmla/cpu_backend.h"
+#include "dcpmla/cuda_backend.h"
+#include "dcpmla/numeric.h"
+#include "dcpmla/plan.h"
+#include "dcpmla/sim/runner.h"
+#include "dcpmla/sim/scenario.h"
+#include "sim/test_support.h"
+
+namespace dcpmla::gpu_testing {
+
+inline bool on_cpu() {
+  const char* v = std::getenv("DCPMLA_GPU_TESTS_ON_CPU");
+  return v != nullptr && std::string(v) == "1";
+}
+inline bool usable() {
+  return on_cpu() || cuda_available();
+}
+inline std::unique_ptr<Backend> make_backend() {
+  return on_cpu() ? make_cpu_backend(1) : make_cuda_backend();
+}
+inline sim::BackendFactory factory() {
+  return [](int) { return make_backend(); };
+}
+inline sim::BackendFactory cpu_factory() {
+  return [](int) { return make_cpu_backend(1); };
+}
+
+template <class T>
+DeviceBuffer to_device(Backend& be, const std::vector<T>& v) {
+  DeviceBuffer b(be, v.size() * sizeof(T));
+  if (!v.empty()) be.upload(b.data(), v.data(), v.size() * sizeof(T), nullptr);
+  return b;
+}
+template <class T>
+std::vector<T> to_host(Backend& be, const void* src, std::size_t n) {
+  std::vector<T> v(n);
+  if (n) be.download(v.data(), src, n * sizeof(T), nullptr);
+  be.synchronize(nullptr);
+  return v;
+}
+
+// f32 values -> bytes of dtype t (f32 or bf16; the values are taken as they are).
+inline std::vector<std::uint8_t> encode(const std::vector<float>& x, DType t) {
+  std::vector<std::uint8_t> out(x.size() * dtype_size(t));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (t == DType::bf16) {
+      const std::uint16_t h = float_to_bf16(x[i]);
+      std::memcpy(&out[i * 2], &h, 2);
+    } else {
+      std::memcpy(&out[i * 4], &x[i], 4);
+    }
+  }
+  return out;
+}
+inline std::vector<float> decode_values(const std::vector<std::uint8_t>& b, DType t) {
+  std::vector<float> out(b.size() / dtype_size(t));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (t == DType::bf16) {
+      std::uint16_t h;
+      std::memcpy(&h, &b[i * 2], 2);
+      out[i] = bf16_to_float(h);
+    } else {
+      std::memcpy(&out[i], &b[i * 4], 4);
+    }
+  }
+  return out;
+}
+
+struct DecodeRun {
+  Plan plan;
+  std::vector<float> out;  // [rows, H, 512]
+  std::vector<float> lse;  // [rows, H]
+};
+
+// One rank's Backend::decode over all H heads (no collectives). The rank cache is written on the
+// host (CPU write_kv through the slot mapping, unused pages NaN when poisoned) and its bytes are
+// uploaded as they are, so every backend reads identical cache contents.
+inline DecodeRun run_decode(Backend& be, const sim::Scenario& sc, int rank,
+                            const PlanLimits& limits, DType out_dtype, bool poison = true,
+                            const Batch* run_batch = nullptr) {
+  const auto& spec = sc.spec;
+  const Batch& batch = sc.batch;
+  const Batch& rb = run_batch ? *run_batch : batch;
+  const Sharding sh{spec.world, rank, spec.interleave};
+  const float k_scale = spec.kv_dtype == DType::fp8_e4m3 ? spec.k_scale : 1.0f;
+  HostKvCache host_cache(spec.kv_dtype, sc.num_blocks, spec.block_size, k_scale);
+  if (poison) host_cache.poison();
+  {
+    auto cpu = make_cpu_backend(1);
+    std::vector<float> latents;
+    std::vector<std::int64_t> slots;
+    for (int b = 0; b < batch.num_requests(); ++b) {
+      for (std::int64_t p = 0; p < batch.total_len[b]; ++p) {
+        latents.insert(latents.end(), sc.kv[b].begin() + p * kHeadDim,
+                       sc.kv[b].begin() + (p + 1) * kHeadDim);
+        slots.push_back(sh.slot(p, batch.block_row(b), spec.block_size));
+      }
+    }
+    const auto n = std::int64_t(slots.size());
+    cpu->write_kv({TensorRef(latents.data(), DType::f32, {n, kHeadDim}),
+                   TensorRef(slots.data(), DType::i64, {n}), host_cache.ref()},
+                  nullptr);
+  }
+  KvCacheRef cache = host_cache.ref();
+  DeviceBuffer cache_buf(be, cache.bytes());
+  be.upload(cache_buf.data(), cache.data, cache.bytes(), nullptr);
+  cache.data = cache_buf.data();
+
+  DecodeRun r;
+  r.plan = make_plan(rb, {sh, spec.heads, spec.block_size, sc.num_blocks, limits});
+  const std::int64_t rows = rb.rows();
+  const int H = spec.heads;
+  const DeviceBuffer q = to_device(be, encode(sc.q, spec.q_dtype));
+  const DeviceBuffer bt = to_device(be, rb.block_table);
+  DeviceBuffer out(be, std::size_t(rows) * H * kLatentDim * dtype_size(out_dtype));
+  DeviceBuffer lse(be, std::size_t(rows) * H * sizeof(float));
+  DeviceBuffer ws(be, decode_workspace_bytes(r.plan));
+  DecodeArgs args;
+  args.plan = &r.plan;
+  args.q = q.tensor(spec.q_dtype, {rows, H, kHeadDim});
+  args.cache = cache;
+  args.block_table = bt.tensor(DType::i32, {rb.num_requests(), rb.max_blocks});
+  args.out = out.tensor(out_dtype, {rows, H, kLatentDim});
+  args.lse = lse.tensor(DType::f32, {rows, H});
+  args.softmax_scale = spec.softmax_scale;
+  args.workspace = ws.tensor(DType::fp8_e4m3, {std::int64_t(ws.bytes())});
+  be.decode(args, nullptr);
+  r.out = decode_values(to_host<std::uint8_t>(be, out.data(), out.bytes()), out_dtype);
+  r.lse = to_host<float>(be, lse.data(), std::size_t(rows) * H);
+  return r;
+}
+
+// A random DCP case: most small, some large. Head counts, block sizes, interleaves, dtypes,
+// masks, padding, short requests, combine and split policy all vary.
+struct Case {
+  sim::ScenarioSpec spec;
+  sim::RunOptions options;
+};
+
+inline Case random_case(std::mt19937_64& rng, bool large, std::uint64_t seed) {
+  Case c;
+  auto& s = c.spec;
+  auto pick = [&](std::initializer_list<int> v) { return *(v.begin() + rng() % v.size()); };
+  s.world = pick({1, 2, 4, 8});
+  do {
+    s.heads = pick({1, 16, 64, 96, 128});
+  } while (s.heads % s.world != 0);
+  s.block_size = pick({1, 16, 32, 64});
+  do {
+    s.interleave = pick({1, 2, 4});
+  } while (s.block_size % s.interleave != 0);
+  const int kv = int(rng() % 3);
+  s.kv_dtype = kv == 0 ? DType::f32 : kv == 1 ? DType::bf16 : DType::fp8_e4m3;
+  s.q_dtype = rng() % 2 ? DType::bf16 : DType::f32;
+  // The reference is a naive double-precision loop: keep rows x context x heads modest.
+  const bool many_heads = s.heads >= 64;
+  if (large) {
+    s.requests = many_heads ? 3 : 8;
+    s.max_drafts = pick({3, 7, 15});
+    s.max_context = many_heads ? 1024 : 4096;
+  } else {
+    s.requests = 1 + int(rng() % (many_heads ? 3 : 6));
+    s.max_drafts = pick({0, 1, 3, 7, 15});
+    s.max_context = s.max_drafts + 1 + std::int64_t(rng() % (many_heads ? 160 : 600));
+  }
+  s.short_request = rng() % 2 == 0;
+  s.full_mask_fraction = rng() % 3 == 0 ? 0.3 : 0.0;
+  s.padding_rows = rng() % 3 == 0 ? 1 + int(rng() % 5) : 0;
+  s.seed = seed;
+  auto& o = c.options;
+  o.combine = rng() % 2 ? Combine::ag_rs : Combine::a2a;
+  switch (rng() % 4) {
+    case 0:
+      break;  // one work item per request
+    case 1:
+      o.limits.kv_chunk_blocks = pick({1, 2, 3});
+      break;
+    case 2:
+      o.limits.target_work_items = pick({4, 32, 256});
+      break;
+    default:
+      o.limits.target_work_items = 1000;
+      o.limits.min_chunk_blocks = pick({1, 2});
+      break;
+  }
+  return c;
+}
+
+}  // namespace dcpmla::gpu_testing
+
+// Every GPU test starts with this: skipped, not failed, without a usable CUDA device.
+#define DCPMLA_REQUIRE_GPU()              \
+  if (!::dcpmla::gpu_testing::usable()) { \
+    GTEST_SKIP() << "no CUDA device";     \
+  }                                       \
+  static_assert(true, "")

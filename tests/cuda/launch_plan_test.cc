@@ -1,0 +1,216 @@
+// The host side of the CUDA decode launch (no GPU needed): every (row, head) pair of every work
+// item is in exactly one tile, tiles carry the right visible KV end, merge rows and padding match
+// the plan, and the packed device image holds exactly those arrays.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <tuple>
+
+#include "cuda/launch_plan.h"
+#include "dcpmla/error.h"
+#include "dcpmla/plan.h"
+#include "dcpmla/sim/scenario.h"
+#include "sim/test_support.h"
+
+namespace dcpmla {
+namespace {
+
+using cuda::build_launch_plan;
+using cuda::DecodeTile;
+using cuda::kTilePairs;
+using cuda::LaunchPlan;
+
+// Everything build_launch_plan promises, checked by brute force.
+void check_launch_plan(const Plan& plan, const LaunchPlan& lp, int tile_pairs) {
+  const int H = plan.config.num_heads;
+  // (work item index by (request, kv_begin)) -> pairs seen
+  std::map<std::tuple<int, int, int>, std::vector<int>> seen;
+  for (const DecodeTile& t : lp.tiles) {
+    ASSERT_GE(t.num_pairs, 1);
+    ASSERT_LE(t.num_pairs, tile_pairs);
+    const auto it = std::find_if(plan.work.begin(), plan.work.end(), [&](const WorkItem& w) {
+      return w.request == t.request && w.kv_begin == t.kv_begin && w.kv_end == t.kv_end &&
+             w.partial_row == t.partial_row;
+    });
+    ASSERT_NE(it, plan.work.end()) << "tile of request " << t.request << " matches no work item";
+    const WorkItem& w = *it;
+    ASSERT_EQ(t.row_begin, w.row_begin);
+    ASSERT_EQ(t.pair_begin % tile_pairs, 0);
+    ASSERT_LE(t.pair_begin + t.num_pairs, w.num_rows * H);
+    auto& pairs = seen[{w.request, w.kv_begin, w.partial_row}];
+    std::int32_t visible = w.kv_begin;
+    for (int p = t.pair_begin; p < t.pair_begin + t.num_pairs; ++p) {
+      pairs.push_back(p);
+      const int row = w.row_begin + p / H;
+      visible = std::max(visible, std::min(plan.row_local_bound[row], w.kv_end));
+    }
+    ASSERT_EQ(t.kv_visible_end, visible);
+  }
+  ASSERT_EQ(seen.size(), plan.work.size());
+  for (const WorkItem& w : plan.work) {
+    auto pairs = seen[{w.request, w.kv_begin, w.partial_row}];
+    std::sort(pairs.begin(), pairs.end());
+    ASSERT_EQ(int(pairs.size()), w.num_rows * H) << "request " << w.request;
+    for (int p = 0; p < int(pairs.size()); ++p) ASSERT_EQ(pairs[p], p);
+  }
+  for (std::size_t i = 1; i < lp.tiles.size(); ++i) {
+    ASSERT_GE(lp.tiles[i - 1].kv_visible_end - lp.tiles[i - 1].kv_begin,
+              lp.tiles[i].kv_visible_end - lp.tiles[i].kv_begin)
+        << "tiles are not longest first";
+  }
+  std::size_t merge_rows = 0;
+  for (const SplitMerge& m : plan.merges) {
+    for (int j = 0; j < m.num_rows; ++j) {
+      const auto& r = lp.merge_rows.at(merge_rows++);
+      ASSERT_EQ(r.out_row, m.row_begin + j);
+      ASSERT_EQ(r.first_partial_row, m.first_partial_row + j);
+      ASSERT_EQ(r.num_splits, m.num_splits);
+      ASSERT_EQ(r.split_stride_rows, m.num_rows);
+    }
+  }
+  ASSERT_EQ(merge_rows, lp.merge_rows.size());
+  ASSERT_EQ(lp.padding_begin, plan.num_real_rows);
+  ASSERT_EQ(lp.padding_end, plan.num_rows);
+}
+
+TEST(CudaLaunchPlan, RandomPlansAreCoveredExactlyOnce) {
+  std::mt19937_64 rng(7);
+  for (int iter = 0; iter < 150; ++iter) {
+    sim::ScenarioSpec spec;
+    const int worlds[] = {1, 2, 4, 8};
+    const int heads[] = {1, 2, 3, 7, 16, 64, 96, 128};
+    const int sizes[] = {1, 16, 32, 64};
+    spec.world = worlds[rng() % 4];
+    do {
+      spec.heads = heads[rng() % 8];
+    } while (spec.heads % spec.world != 0);
+    spec.block_size = sizes[rng() % 4];
+    spec.interleave = spec.block_size % 4 == 0 ? 1 << (rng() % 3) : 1;
+    spec.requests = 1 + int(rng() % 6);
+    spec.max_drafts = int(rng() % 16);
+    spec.max_context = spec.max_drafts + 1 + std::int64_t(rng() % 700);
+    spec.padding_rows = int(rng() % 4);
+    spec.full_mask_fraction = 0.3;
+    spec.seed = iter;
+    const sim::Scenario sc = sim::make_scenario(spec);
+    PlanLimits limits;
+    switch (rng() % 3) {
+      case 0:
+        break;
+      case 1:
+        limits.kv_chunk_blocks = 1 + int(rng() % 3);
+        break;
+      default:
+        limits.target_work_items = 1 + int(rng() % 64);
+        break;
+    }
+    for (int rank = 0; rank < spec.world; ++rank) {
+      SCOPED_TRACE(testing::describe(spec) + " rank " + std::to_string(rank));
+      const Plan plan = make_plan(sc.batch, {{spec.world, rank, spec.interleave},
+                                             spec.heads,
+                                             spec.block_size,
+                                             sc.num_blocks,
+                                             limits});
+      for (int tile_pairs : {kTilePairs, 5}) {
+        const LaunchPlan lp = build_launch_plan(plan, tile_pairs);
+        check_launch_plan(plan, lp, tile_pairs);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// SPEC ragged (8, 2), T = [100, 40], W = 2, H = 16: request 0 has 8 x 16 = 128 pairs in two
+// tiles (rows 0-3 and 4-7), request 1 has 2 x 16 = 32 pairs in one tile.
+TEST(CudaLaunchPlan, SpecRaggedBatchTiles) {
+  Batch batch;
+  batch.query_start_loc = {0, 8, 10};
+  batch.total_len = {100, 40};
+  batch.max_blocks = 2;
+  batch.block_table = {0, 1, 2, 3};
+  const Plan plan = make_plan(batch, {{2, 1, 1}, 16, 64, 4, {}});
+  const LaunchPlan lp = build_launch_plan(plan);
+  ASSERT_EQ(lp.tiles.size(), 3u);
+  std::vector<DecodeTile> tiles = lp.tiles;
+  std::sort(tiles.begin(), tiles.end(), [](const DecodeTile& a, const DecodeTile& b) {
+    return std::tie(a.request, a.pair_begin) < std::tie(b.request, b.pair_begin);
+  });
+  // Rank 1 local bounds: rows 0..7 of request 0 have global bounds 93..100 -> local 46..50.
+  EXPECT_EQ(tiles[0].num_pairs, 64);
+  EXPECT_EQ(tiles[0].kv_visible_end, plan.row_local_bound[3]);
+  EXPECT_EQ(tiles[1].pair_begin, 64);
+  EXPECT_EQ(tiles[1].kv_visible_end, plan.row_local_bound[7]);
+  EXPECT_EQ(tiles[1].kv_visible_end, 50);
+  EXPECT_EQ(tiles[2].request, 1);
+  EXPECT_EQ(tiles[2].row_begin, 8);
+  EXPECT_EQ(tiles[2].num_pairs, 32);
+  EXPECT_EQ(tiles[2].kv_visible_end, 20);  // local_len(1, 40) on W = 2
+  check_launch_plan(plan, lp, kTilePairs);
+}
+
+TEST(CudaLaunchPlan, PackedImageHoldsTheArrays) {
+  const sim::Scenario sc = sim::make_scenario({});
+  PlanLimits limits;
+  limits.kv_chunk_blocks = 1;
+  const Plan plan = make_plan(
+      sc.batch, {{sc.spec.world, 0, 1}, sc.spec.heads, sc.spec.block_size, sc.num_blocks, limits});
+  const LaunchPlan lp = build_launch_plan(plan);
+  ASSERT_FALSE(lp.merge_rows.empty());
+  cuda::PackedLaunchPlan packed;
+  cuda::pack_launch_plan(lp, plan, packed);
+  EXPECT_EQ(packed.tiles_offset % 16, 0u);
+  EXPECT_EQ(packed.merge_rows_offset % 16, 0u);
+  EXPECT_EQ(packed.row_bound_offset % 16, 0u);
+  EXPECT_EQ(packed.bytes.size() % 16, 0u);
+  EXPECT_EQ(std::memcmp(packed.bytes.data() + packed.tiles_offset, lp.tiles.data(),
+                        lp.tiles.size() * sizeof(DecodeTile)),
+            0);
+  EXPECT_EQ(std::memcmp(packed.bytes.data() + packed.merge_rows_offset, lp.merge_rows.data(),
+                        lp.merge_rows.size() * sizeof(cuda::MergeRow)),
+            0);
+  EXPECT_EQ(std::memcmp(packed.bytes.data() + packed.row_bound_offset, plan.row_local_bound.data(),
+                        plan.row_local_bound.size() * 4),
+            0);
+  // Packing the same plan twice gives the same bytes (the backend skips unchanged uploads).
+  cuda::PackedLaunchPlan again;
+  cuda::pack_launch_plan(build_launch_plan(plan), plan, again);
+  EXPECT_EQ(again.bytes, packed.bytes);
+}
+
+TEST(CudaLaunchPlan, HeadCountsAndQueryLengths) {
+  for (int H : {1, 3, 16, 96, 128}) {
+    for (int Q : {1, 5, 16}) {
+      Batch batch;
+      batch.query_start_loc = {0, Q};
+      batch.total_len = {Q + 10};
+      batch.max_blocks = 1;
+      batch.block_table = {0};
+      const Plan plan = make_plan(batch, {{1, 0, 1}, H, 64, 1, {}});
+      const LaunchPlan lp = build_launch_plan(plan);
+      EXPECT_EQ(int(lp.tiles.size()), (Q * H + kTilePairs - 1) / kTilePairs) << H << " " << Q;
+      check_launch_plan(plan, lp, kTilePairs);
+    }
+  }
+}
+
+TEST(CudaLaunchPlan, EmptyRankHasEmptyTiles) {
+  // T = 1 on W = 4: ranks 1..3 hold nothing; their tiles have no visible KV.
+  Batch batch;
+  batch.query_start_loc = {0, 1};
+  batch.total_len = {1};
+  batch.max_blocks = 1;
+  batch.block_table = {0};
+  const Plan plan = make_plan(batch, {{4, 2, 1}, 8, 16, 1, {}});
+  const LaunchPlan lp = build_launch_plan(plan);
+  ASSERT_EQ(lp.tiles.size(), 1u);
+  EXPECT_EQ(lp.tiles[0].kv_begin, 0);
+  EXPECT_EQ(lp.tiles[0].kv_end, 0);
+  EXPECT_EQ(lp.tiles[0].kv_visible_end, 0);
+}
+
+}  // namespace
+}  // namespace dcpmla

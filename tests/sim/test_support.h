@@ -1,0 +1,270 @@
+// Shared helpers of the test suites: hand-built scenarios with explicit (Q, T) per request, a
+// single-rank decode harness over a host cache, a per-rank double-precision oracle, and printing.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dcpmla/backend.h"
+#include "dcpmla/cache.h"
+#include "dcpmla/cpu_backend.h"
+#include "dcpmla/numeric.h"
+#include "dcpmla/plan.h"
+#include "dcpmla/sharding.h"
+#include "dcpmla/sim/runner.h"
+#include "dcpmla/sim/scenario.h"
+
+namespace dcpmla::testing {
+
+// One CPU thread per simulated rank: the suites parallelise over ctest processes instead.
+inline sim::BackendFactory cpu1() {
+  return [](int) { return make_cpu_backend(1); };
+}
+
+// The value a cache of dtype t holds for x as a reader sees it (k_scale applied for fp8).
+inline double stored_value(float x, DType t, float k_scale) {
+  switch (t) {
+    case DType::f32:
+      return x;
+    case DType::bf16:
+      return bf16_to_float(float_to_bf16(x));
+    default:
+      return double(fp8_e4m3_to_float(float_to_fp8_e4m3(x / k_scale))) * k_scale;
+  }
+}
+
+inline float round_to(DType t, float x) {
+  return t == DType::bf16 ? bf16_to_float(float_to_bf16(x)) : x;
+}
+
+// Block tables the way every rank can share them: rank 0 holds the most local tokens, every
+// request gets ceil(local_len(0, T) / bs) distinct ids from a random permutation of the cache,
+// unused columns are -1, and `extra` ids stay unused.
+inline void assign_block_tables(sim::Scenario& sc, std::mt19937_64& rng, int extra) {
+  auto& batch = sc.batch;
+  const auto& spec = sc.spec;
+  const Sharding rank0{spec.world, 0, spec.interleave};
+  const int B = batch.num_requests();
+  std::vector<std::int64_t> needed(std::size_t(B), 0);
+  std::int64_t total = 0, max_needed = 0;
+  for (int b = 0; b < B; ++b) {
+    needed[b] = (rank0.local_len(batch.total_len[b]) + spec.block_size - 1) / spec.block_size;
+    total += needed[b];
+    max_needed = std::max(max_needed, needed[b]);
+  }
+  batch.max_blocks = std::int32_t(max_needed + 1);
+  sc.num_blocks = std::max<std::int64_t>(1, total + extra);
+  std::vector<std::int32_t> ids(std::size_t(sc.num_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  batch.block_table.assign(std::size_t(B) * batch.max_blocks, -1);
+  std::size_t next = 0;
+  for (int b = 0; b < B; ++b) {
+    for (std::int64_t i = 0; i < needed[b]; ++i) {
+      batch.block_table[std::size_t(b) * batch.max_blocks + i] = ids[next++];
+    }
+  }
+}
+
+// A scenario with exactly the given query lengths, global lengths and masks (empty: causal), plus
+// `padding` padding rows. Uses spec's world, interleave, heads, block size, dtypes, scale and seed
+// (requests, max_drafts, max_context, short_request, padding_rows are overwritten to match).
+inline sim::Scenario custom_scenario(sim::ScenarioSpec spec, const std::vector<int>& q_lens,
+                                     const std::vector<std::int64_t>& total_len,
+                                     const std::vector<Mask>& masks = {}, int padding = 0) {
+  std::mt19937_64 rng(spec.seed * 0x9E3779B97F4A7C15ull + 12345);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  spec.requests = int(q_lens.size());
+  spec.max_drafts = *std::max_element(q_lens.begin(), q_lens.end()) - 1;
+  spec.max_context = *std::max_element(total_len.begin(), total_len.end());
+  spec.short_request = false;
+  spec.padding_rows = padding;
+  sim::Scenario sc;
+  sc.spec = spec;
+  auto& batch = sc.batch;
+  batch.query_start_loc = {0};
+  for (int q : q_lens) batch.query_start_loc.push_back(batch.query_start_loc.back() + q);
+  batch.total_len = total_len;
+  batch.mask = masks;
+  batch.num_tokens = batch.real_tokens() + padding;
+  assign_block_tables(sc, rng, spec.extra_blocks);
+  sc.q.resize(std::size_t(batch.rows()) * spec.heads * kHeadDim);
+  for (auto& x : sc.q) x = round_to(spec.q_dtype, 0.5f * normal(rng));
+  sc.kv.resize(q_lens.size());
+  for (std::size_t b = 0; b < q_lens.size(); ++b) {
+    sc.kv[b].resize(std::size_t(total_len[b]) * kHeadDim);
+    for (auto& x : sc.kv[b]) x = normal(rng);
+  }
+  return sc;
+}
+
+// The same problem with every physical block id renamed through a random permutation of the
+// cache (num_blocks unchanged): the results must not change by a single bit.
+inline sim::Scenario permute_block_ids(const sim::Scenario& sc, std::uint64_t seed) {
+  // A random cyclic permutation (one n-cycle): no id keeps its place when num_blocks >= 2.
+  std::mt19937_64 rng(seed);
+  std::vector<std::int32_t> order(std::size_t(sc.num_blocks)), perm(order.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (std::size_t k = 0; k < order.size(); ++k) perm[order[k]] = order[(k + 1) % order.size()];
+  sim::Scenario out = sc;
+  for (auto& id : out.batch.block_table) {
+    if (id >= 0) id = perm[std::size_t(id)];
+  }
+  return out;
+}
+
+inline std::string describe(const sim::ScenarioSpec& s) {
+  return fmt::format(
+      "ScenarioSpec{{world={}, interleave={}, heads={}, requests={}, max_drafts={}, "
+      "block_size={}, max_context={}, short_request={}, full_mask_fraction={}, padding_rows={}, "
+      "extra_blocks={}, kv_dtype={}, q_dtype={}, k_scale={}, softmax_scale={}, seed={}}}",
+      s.world, s.interleave, s.heads, s.requests, s.max_drafts, s.block_size, s.max_context,
+      s.short_request, s.full_mask_fraction, s.padding_rows, s.extra_blocks, to_string(s.kv_dtype),
+      to_string(s.q_dtype), s.k_scale, s.softmax_scale, s.seed);
+}
+
+inline std::string describe(const sim::RunOptions& o) {
+  return fmt::format(
+      "RunOptions{{combine={}, limits={{kv_chunk_blocks={}, target_work_items={}, "
+      "min_chunk_blocks={}}}, poison={}, flatten={}, see_future={}}}",
+      to_string(o.combine), o.limits.kv_chunk_blocks, o.limits.target_work_items,
+      o.limits.min_chunk_blocks, o.poison, o.flatten, o.see_future);
+}
+
+inline std::string describe_batch(const Batch& b) {
+  std::string s = "Q/T:";
+  for (int i = 0; i < b.num_requests(); ++i) {
+    s += fmt::format(" {}/{}{}", b.q_len(i), b.total_len[i],
+                     b.mask_of(i) == Mask::full ? "(full)" : "");
+  }
+  return s + fmt::format(", rows {}", b.rows());
+}
+
+inline std::string describe(const sim::Comparison& c) {
+  std::string s = fmt::format("max|dO| {:.3e} max|dLSE| {:.3e} padding_exact {}", c.max_out_error,
+                              c.max_lse_error, c.padding_exact);
+  for (std::size_t b = 0; b < c.requests.size(); ++b) {
+    const auto& r = c.requests[b];
+    if (!r.pass) {
+      s += fmt::format("\n  request {} (Q {}, T {}): dO {:.3e} dLSE {:.3e} empty_rows_exact {}", b,
+                       r.q_len, r.total_len, r.max_out_error, r.max_lse_error, r.empty_rows_exact);
+    }
+  }
+  return s;
+}
+
+// One rank's decode run directly on a CPU backend over a host cache (no collectives): the
+// per-rank partial result for all H heads.
+struct RankDecode {
+  Plan plan;
+  std::vector<float> out;  // [rows, H, 512]
+  std::vector<float> lse;  // [rows, H]
+};
+
+inline RankDecode decode_rank(const sim::Scenario& sc, int rank, const PlanLimits& limits = {},
+                              bool poison = true, const Batch* run_batch = nullptr) {
+  const auto& spec = sc.spec;
+  const Batch& batch = sc.batch;
+  const Batch& rb = run_batch ? *run_batch : batch;
+  const Sharding sh{spec.world, rank, spec.interleave};
+  const float k_scale = spec.kv_dtype == DType::fp8_e4m3 ? spec.k_scale : 1.0f;
+  auto backend = make_cpu_backend(1);
+  HostKvCache cache(spec.kv_dtype, sc.num_blocks, spec.block_size, k_scale);
+  if (poison) cache.poison();
+  // Every position of every request goes through the slot mapping; only the owner writes.
+  std::vector<float> latents;
+  std::vector<std::int64_t> slots;
+  for (int b = 0; b < batch.num_requests(); ++b) {
+    for (std::int64_t p = 0; p < batch.total_len[b]; ++p) {
+      latents.insert(latents.end(), sc.kv[b].begin() + p * kHeadDim,
+                     sc.kv[b].begin() + (p + 1) * kHeadDim);
+      slots.push_back(sh.slot(p, batch.block_row(b), spec.block_size));
+    }
+  }
+  const auto n = std::int64_t(slots.size());
+  backend->write_kv({TensorRef(latents.data(), DType::f32, {n, kHeadDim}),
+                     TensorRef(slots.data(), DType::i64, {n}), cache.ref()},
+                    nullptr);
+
+  RankDecode r;
+  r.plan = make_plan(rb, {sh, spec.heads, spec.block_size, sc.num_blocks, limits});
+  const std::int64_t rows = rb.rows();
+  const int H = spec.heads;
+  r.out.assign(std::size_t(rows) * H * kLatentDim, NAN);
+  r.lse.assign(std::size_t(rows) * H, NAN);
+  std::vector<std::uint8_t> ws(decode_workspace_bytes(r.plan));
+  DecodeArgs args;
+  args.plan = &r.plan;
+  args.q = TensorRef(sc.q.data(), DType::f32, {rows, H, kHeadDim});
+  args.cache = cache.ref();
+  args.block_table =
+      TensorRef(rb.block_table.data(), DType::i32, {rb.num_requests(), rb.max_blocks});
+  args.out = TensorRef(r.out.data(), DType::f32, {rows, H, kLatentDim});
+  args.lse = TensorRef(r.lse.data(), DType::f32, {rows, H});
+  args.softmax_scale = spec.softmax_scale;
+  args.workspace = TensorRef(ws.data(), DType::fp8_e4m3, {std::int64_t(ws.size())});
+  backend->decode(args, nullptr);
+  return r;
+}
+
+// Double-precision attention of one row and head over the global positions g < bound that
+// `rank` owns (brute force over positions, no local-index arithmetic). Returns (O, LSE);
+// (0, -inf) when the rank owns none of them.
+struct LocalRef {
+  std::vector<double> out;
+  double lse;
+};
+inline LocalRef local_reference(const sim::Scenario& sc, int rank, int b, std::int64_t row, int h,
+                                std::int64_t bound) {
+  const auto& spec = sc.spec;
+  const float k_scale = spec.kv_dtype == DType::fp8_e4m3 ? spec.k_scale : 1.0f;
+  const float* q = &sc.q[(std::size_t(row) * spec.heads + h) * kHeadDim];
+  std::vector<double> scores;
+  std::vector<std::int64_t> pos;
+  for (std::int64_t g = 0; g < bound; ++g) {
+    if ((g / spec.interleave) % spec.world != rank) continue;
+    double s = 0;
+    for (int d = 0; d < kHeadDim; ++d) {
+      s += double(q[d]) *
+           stored_value(sc.kv[b][std::size_t(g) * kHeadDim + d], spec.kv_dtype, k_scale);
+    }
+    scores.push_back(s * spec.softmax_scale);
+    pos.push_back(g);
+  }
+  LocalRef r{std::vector<double>(kLatentDim, 0.0), -INFINITY};
+  if (scores.empty()) return r;
+  const double mx = *std::max_element(scores.begin(), scores.end());
+  double sum = 0;
+  for (double s : scores) sum += std::exp(s - mx);
+  for (std::size_t k = 0; k < scores.size(); ++k) {
+    const double p = std::exp(scores[k] - mx) / sum;
+    for (int d = 0; d < kLatentDim; ++d) {
+      r.out[d] +=
+          p * stored_value(sc.kv[b][std::size_t(pos[k]) * kHeadDim + d], spec.kv_dtype, k_scale);
+    }
+  }
+  r.lse = mx + std::log(sum);
+  return r;
+}
+
+// True when (row, head h) is exactly O = 0 and LSE = -inf.
+inline bool row_is_empty(const std::vector<float>& out, const std::vector<float>& lse, int H,
+                         std::int64_t row, int h) {
+  const std::size_t rh = std::size_t(row) * H + h;
+  if (!(std::isinf(lse[rh]) && lse[rh] < 0)) return false;
+  for (int d = 0; d < kLatentDim; ++d) {
+    if (!(out[rh * kLatentDim + d] == 0.0f)) return false;
+  }
+  return true;
+}
+
+}  // namespace dcpmla::testing
