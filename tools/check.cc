@@ -18,7 +18,7 @@
 #include "dcpmla/plan.h"
 #include "dcpmla/sharding.h"
 #include "dcpmla/sim/runner.h"
-#include "fixed_scenario.h"
+#include "dcpmla/sim/scenario.h"
 
 namespace dcpmla::tool {
 namespace {
@@ -238,7 +238,7 @@ void end_to_end(Checks& c, int threads) {
   };
   for (const auto& r : runs) {
     spec.padding_rows = r.padding;
-    const sim::Scenario sc = make_fixed_scenario(spec, r.q, r.t);
+    const sim::Scenario sc = sim::make_fixed_scenario(spec, r.q, r.t);
     sim::RunOptions opt;
     opt.combine = r.combine;
     opt.limits.kv_chunk_blocks = 1;  // split KV too, so the split merge is exercised
@@ -253,7 +253,7 @@ void end_to_end(Checks& c, int threads) {
   // by far more than the tolerance.
   spec.padding_rows = 0;
   const sim::Scenario sc =
-      make_fixed_scenario(spec, std::vector<int>{8, 2}, std::vector<std::int64_t>{100, 40});
+      sim::make_fixed_scenario(spec, std::vector<int>{8, 2}, std::vector<std::int64_t>{100, 40});
   sim::RunOptions opt;
   opt.see_future = true;
   const auto bad = sim::compare(sc, sim::run_dcp(sc, cpu, opt), sim::run_reference(sc), tol);

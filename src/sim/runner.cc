@@ -16,13 +16,17 @@ std::vector<std::uint8_t> encode(const float* x, std::size_t n, DType t, float s
   for (std::size_t i = 0; i < n; ++i) {
     const float v = x[i] / scale;
     switch (t) {
-      case DType::f32: std::memcpy(&bytes[i * 4], &v, 4); break;
+      case DType::f32:
+        std::memcpy(&bytes[i * 4], &v, 4);
+        break;
       case DType::bf16: {
         const std::uint16_t h = float_to_bf16(v);
         std::memcpy(&bytes[i * 2], &h, 2);
         break;
       }
-      default: bytes[i] = float_to_fp8_e4m3(v); break;
+      default:
+        bytes[i] = float_to_fp8_e4m3(v);
+        break;
     }
   }
   return bytes;
@@ -40,16 +44,20 @@ float decode_one(const std::uint8_t* p, DType t) {
       std::memcpy(&h, p, 2);
       return bf16_to_float(h);
     }
-    default: return fp8_e4m3_to_float(*p);
+    default:
+      return fp8_e4m3_to_float(*p);
   }
 }
 
 // The value a cache of dtype t holds for x, as a reader sees it (k_scale applied).
 double stored_value(float x, DType t, float k_scale) {
   switch (t) {
-    case DType::f32: return x;
-    case DType::bf16: return bf16_to_float(float_to_bf16(x));
-    default: return double(fp8_e4m3_to_float(float_to_fp8_e4m3(x / k_scale))) * k_scale;
+    case DType::f32:
+      return x;
+    case DType::bf16:
+      return bf16_to_float(float_to_bf16(x));
+    default:
+      return double(fp8_e4m3_to_float(float_to_fp8_e4m3(x / k_scale))) * k_scale;
   }
 }
 
@@ -79,12 +87,11 @@ void write_positions(Backend& be, const Scenario& sc, const Sharding& sh, const 
   const auto n = std::int64_t(tokens.size());
   DeviceBuffer lat = upload(be, latents.data(), latents.size() * sizeof(float));
   DeviceBuffer sl = upload(be, slots.data(), slots.size() * sizeof(std::int64_t));
-  be.write_kv({lat.tensor(DType::f32, {n, kHeadDim}), sl.tensor(DType::i64, {n}), cache},
-              nullptr);
+  be.write_kv({lat.tensor(DType::f32, {n, kHeadDim}), sl.tensor(DType::i64, {n}), cache}, nullptr);
 }
 
-void run_rank(int rank, const Scenario& sc, const Batch& run_batch, Backend& be,
-              Communicator& comm, const RunOptions& opt, RunResult& result) {
+void run_rank(int rank, const Scenario& sc, const Batch& run_batch, Backend& be, Communicator& comm,
+              const RunOptions& opt, RunResult& result) {
   const auto& spec = sc.spec;
   const Batch& batch = sc.batch;
   const Sharding sh{spec.world, rank, spec.interleave};
@@ -164,6 +171,10 @@ void run_rank(int rank, const Scenario& sc, const Batch& run_batch, Backend& be,
 
 RunResult run_dcp(const Scenario& sc, const BackendFactory& make_backend, const RunOptions& opt) {
   const auto& spec = sc.spec;
+  require(
+      spec.heads % spec.world == 0, ErrorCode::invalid_argument, "heads",
+      "a multiple of world " + std::to_string(spec.world) + " (the query is gathered over heads)",
+      std::to_string(spec.heads));
   Batch run_batch = sc.batch;
   if (opt.see_future) run_batch.mask.assign(std::size_t(run_batch.num_requests()), Mask::full);
   if (opt.flatten) run_batch = flatten(run_batch);
@@ -233,14 +244,16 @@ Comparison compare(const Scenario& sc, const RunResult& got, const ReferenceResu
         const bool ref_empty = std::isinf(want.lse[rh]) && want.lse[rh] < 0;
         if (ref_empty) {
           bool exact = std::isinf(got.lse[rh]) && got.lse[rh] < 0;
-          for (int d = 0; d < kLatentDim; ++d) exact = exact && got.out[rh * kLatentDim + d] == 0.0f;
+          for (int d = 0; d < kLatentDim; ++d)
+            exact = exact && got.out[rh * kLatentDim + d] == 0.0f;
           e.empty_rows_exact = e.empty_rows_exact && exact;
           continue;
         }
         const double dl = std::abs(double(got.lse[rh]) - want.lse[rh]);
         e.max_lse_error = std::max(e.max_lse_error, std::isnan(dl) ? INFINITY : dl);
         for (int d = 0; d < kLatentDim; ++d) {
-          const double diff = std::abs(double(got.out[rh * kLatentDim + d]) - want.out[rh * kLatentDim + d]);
+          const double diff =
+              std::abs(double(got.out[rh * kLatentDim + d]) - want.out[rh * kLatentDim + d]);
           e.max_out_error = std::max(e.max_out_error, std::isnan(diff) ? INFINITY : diff);
         }
       }
@@ -271,8 +284,10 @@ Agreement agreement(const RunResult& a, const RunResult& b) {
     const double d = std::abs(double(x) - double(y));
     return std::isnan(d) ? double(INFINITY) : d;
   };
-  for (std::size_t i = 0; i < a.out.size(); ++i) r.max_out_diff = std::max(r.max_out_diff, diff(a.out[i], b.out[i]));
-  for (std::size_t i = 0; i < a.lse.size(); ++i) r.max_lse_diff = std::max(r.max_lse_diff, diff(a.lse[i], b.lse[i]));
+  for (std::size_t i = 0; i < a.out.size(); ++i)
+    r.max_out_diff = std::max(r.max_out_diff, diff(a.out[i], b.out[i]));
+  for (std::size_t i = 0; i < a.lse.size(); ++i)
+    r.max_lse_diff = std::max(r.max_lse_diff, diff(a.lse[i], b.lse[i]));
   r.bit_identical = std::memcmp(a.out.data(), b.out.data(), a.out.size() * 4) == 0 &&
                     std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4) == 0;
   return r;

@@ -15,8 +15,7 @@ namespace {
 
 void validate_spec(const ScenarioSpec& s) {
   Sharding{s.world, 0, s.interleave}.validate(s.block_size);
-  require(s.heads >= 1 && s.heads % s.world == 0, ErrorCode::invalid_argument, "heads",
-          fmt::format("a positive multiple of world {}", s.world), std::to_string(s.heads));
+  require(s.heads >= 1, ErrorCode::invalid_argument, "heads", ">= 1", std::to_string(s.heads));
   require(s.requests >= 1, ErrorCode::invalid_argument, "requests", ">= 1",
           std::to_string(s.requests));
   require(s.max_drafts >= 0, ErrorCode::invalid_argument, "max_drafts", ">= 0",
@@ -25,29 +24,83 @@ void validate_spec(const ScenarioSpec& s) {
           fmt::format(">= 1 + max_drafts = {}", s.max_drafts + 1), std::to_string(s.max_context));
   require(s.padding_rows >= 0, ErrorCode::invalid_argument, "padding_rows", ">= 0",
           std::to_string(s.padding_rows));
-  require(s.q_dtype == DType::f32 || s.q_dtype == DType::bf16, ErrorCode::dtype_mismatch,
-          "q_dtype", "fp32 or bf16", to_string(s.q_dtype));
+  require(s.extra_blocks >= 0, ErrorCode::invalid_argument, "extra_blocks", ">= 0",
+          std::to_string(s.extra_blocks));
+  require(s.q_dtype == DType::f32 || s.q_dtype == DType::bf16, ErrorCode::dtype_mismatch, "q_dtype",
+          "fp32 or bf16", to_string(s.q_dtype));
 }
 
-float round_to(DType t, float x) { return t == DType::bf16 ? bf16_to_float(float_to_bf16(x)) : x; }
+float round_to(DType t, float x) {
+  return t == DType::bf16 ? bf16_to_float(float_to_bf16(x)) : x;
+}
+
+// Builds the scenario of an explicit (Q, T, mask) list: block tables shared by all ranks (rank 0
+// holds the most tokens of every request, every rank uses a prefix of the same row; ids are a
+// random permutation of the cache and unused columns hold -1), then the query and the latents.
+Scenario build(const ScenarioSpec& spec, std::span<const int> q_lens,
+               std::span<const std::int64_t> total_lens, std::span<const Mask> masks,
+               std::mt19937_64& rng) {
+  const std::size_t B = q_lens.size();
+  Scenario sc;
+  sc.spec = spec;
+  Batch& batch = sc.batch;
+  batch.query_start_loc.push_back(0);
+  for (std::size_t b = 0; b < B; ++b) {
+    batch.query_start_loc.push_back(batch.query_start_loc.back() + q_lens[b]);
+    batch.total_len.push_back(total_lens[b]);
+    batch.mask.push_back(masks.empty() ? Mask::causal : masks[b]);
+  }
+  batch.num_tokens = batch.real_tokens() + spec.padding_rows;
+
+  const Sharding rank0{spec.world, 0, spec.interleave};
+  std::vector<std::int64_t> needed(B);
+  std::int64_t total = 0;
+  for (std::size_t b = 0; b < B; ++b) {
+    needed[b] = (rank0.local_len(total_lens[b]) + spec.block_size - 1) / spec.block_size;
+    total += needed[b];
+  }
+  batch.max_blocks = std::int32_t(*std::max_element(needed.begin(), needed.end()) + 1);
+  sc.num_blocks = std::max<std::int64_t>(1, total + spec.extra_blocks);
+  std::vector<std::int32_t> ids(std::size_t(sc.num_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  batch.block_table.assign(B * std::size_t(batch.max_blocks), -1);
+  std::size_t next = 0;
+  for (std::size_t b = 0; b < B; ++b) {
+    for (std::int64_t i = 0; i < needed[b]; ++i) {
+      batch.block_table[b * std::size_t(batch.max_blocks) + std::size_t(i)] = ids[next++];
+    }
+  }
+
+  // Query ~ N(0, 0.5), latents ~ N(0, 1): with the DeepSeek scale the scores spread over a few
+  // units, so the softmax is neither flat nor one-hot.
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  sc.q.resize(std::size_t(batch.rows()) * spec.heads * kHeadDim);
+  for (auto& x : sc.q) x = round_to(spec.q_dtype, 0.5f * normal(rng));
+  sc.kv.resize(B);
+  for (std::size_t b = 0; b < B; ++b) {
+    sc.kv[b].resize(std::size_t(total_lens[b]) * kHeadDim);
+    for (auto& x : sc.kv[b]) x = normal(rng);
+  }
+  return sc;
+}
 
 }  // namespace
 
 Scenario make_scenario(const ScenarioSpec& spec) {
   validate_spec(spec);
+  // Random scenarios are for DCP steps, which gather the query over heads.
+  require(spec.heads % spec.world == 0, ErrorCode::invalid_argument, "heads",
+          fmt::format("a positive multiple of world {}", spec.world), std::to_string(spec.heads));
   std::mt19937_64 rng(spec.seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
-
-  Scenario sc;
-  sc.spec = spec;
-  Batch& batch = sc.batch;
   const int B = spec.requests;
-  batch.query_start_loc.push_back(0);
+  std::vector<int> q_lens;
+  std::vector<std::int64_t> total_lens;
+  std::vector<Mask> masks;
   for (int b = 0; b < B; ++b) {
     // Draft counts differ per request: ragged by construction when max_drafts > 0.
     const int q_len = 1 + int(rng() % std::uint64_t(spec.max_drafts + 1));
-    batch.query_start_loc.push_back(batch.query_start_loc.back() + q_len);
     std::int64_t T;
     if (b == 0 && spec.short_request) {
       T = q_len + std::int64_t(rng() % std::uint64_t(spec.world));  // T < W + Q
@@ -58,45 +111,37 @@ Scenario make_scenario(const ScenarioSpec& spec) {
       T = std::clamp<std::int64_t>(std::int64_t(std::exp(lo + (hi - lo) * unit(rng))), q_len,
                                    spec.max_context);
     }
-    batch.total_len.push_back(T);
-    batch.mask.push_back(unit(rng) < spec.full_mask_fraction ? Mask::full : Mask::causal);
+    q_lens.push_back(q_len);
+    total_lens.push_back(T);
+    masks.push_back(unit(rng) < spec.full_mask_fraction ? Mask::full : Mask::causal);
   }
-  batch.num_tokens = batch.real_tokens() + spec.padding_rows;
+  return build(spec, q_lens, total_lens, masks, rng);
+}
 
-  // Block tables: rank 0 holds the most tokens of every request; every rank uses a prefix of the
-  // same row. Ids are a random permutation of the cache, and unused columns hold -1.
-  const Sharding rank0{spec.world, 0, spec.interleave};
-  std::vector<std::int64_t> needed(B);
-  std::int64_t total = 0;
-  for (int b = 0; b < B; ++b) {
-    needed[b] = (rank0.local_len(batch.total_len[b]) + spec.block_size - 1) / spec.block_size;
-    total += needed[b];
+Scenario make_fixed_scenario(ScenarioSpec spec, std::span<const int> q_lens,
+                             std::span<const std::int64_t> total_lens,
+                             std::span<const Mask> masks) {
+  const auto B = q_lens.size();
+  require(B >= 1, ErrorCode::invalid_argument, "q_lens", "at least one request", "none");
+  require(total_lens.size() == B, ErrorCode::shape_mismatch, "total_lens",
+          fmt::format("{} entries (one per request of q_lens)", B),
+          std::to_string(total_lens.size()));
+  require(masks.empty() || masks.size() == B, ErrorCode::shape_mismatch, "masks",
+          fmt::format("0 or {} entries", B), std::to_string(masks.size()));
+  for (std::size_t b = 0; b < B; ++b) {
+    require(q_lens[b] >= 1, ErrorCode::invalid_argument, fmt::format("q_lens[{}]", b), ">= 1",
+            std::to_string(q_lens[b]));
+    require(total_lens[b] >= q_lens[b], ErrorCode::inconsistent, fmt::format("total_lens[{}]", b),
+            fmt::format(">= q_lens[{}] = {} (T includes the query tokens)", b, q_lens[b]),
+            std::to_string(total_lens[b]));
   }
-  const std::int64_t max_needed = *std::max_element(needed.begin(), needed.end());
-  batch.max_blocks = std::int32_t(max_needed + 1);
-  sc.num_blocks = total + spec.extra_blocks;
-  std::vector<std::int32_t> ids(std::size_t(sc.num_blocks));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);
-  batch.block_table.assign(std::size_t(B) * batch.max_blocks, -1);
-  std::size_t next = 0;
-  for (int b = 0; b < B; ++b) {
-    for (std::int64_t i = 0; i < needed[b]; ++i) {
-      batch.block_table[std::size_t(b) * batch.max_blocks + i] = ids[next++];
-    }
-  }
-
-  // Query ~ N(0, 0.5), latents ~ N(0, 1): with the DeepSeek scale the scores spread over a few
-  // units, so the softmax is neither flat nor one-hot.
-  const std::int64_t rows = batch.rows();
-  sc.q.resize(std::size_t(rows) * spec.heads * kHeadDim);
-  for (auto& x : sc.q) x = round_to(spec.q_dtype, 0.5f * normal(rng));
-  sc.kv.resize(std::size_t(B));
-  for (int b = 0; b < B; ++b) {
-    sc.kv[b].resize(std::size_t(batch.total_len[b]) * kHeadDim);
-    for (auto& x : sc.kv[b]) x = normal(rng);
-  }
-  return sc;
+  spec.requests = int(B);
+  spec.max_drafts = *std::max_element(q_lens.begin(), q_lens.end()) - 1;
+  spec.max_context = *std::max_element(total_lens.begin(), total_lens.end());
+  spec.short_request = false;
+  validate_spec(spec);
+  std::mt19937_64 rng(spec.seed ^ 0x5eedf1dULL);
+  return build(spec, q_lens, total_lens, masks, rng);
 }
 
 }  // namespace dcpmla::sim

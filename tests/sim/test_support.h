@@ -45,65 +45,13 @@ inline float round_to(DType t, float x) {
   return t == DType::bf16 ? bf16_to_float(float_to_bf16(x)) : x;
 }
 
-// Block tables the way every rank can share them: rank 0 holds the most local tokens, every
-// request gets ceil(local_len(0, T) / bs) distinct ids from a random permutation of the cache,
-// unused columns are -1, and `extra` ids stay unused.
-inline void assign_block_tables(sim::Scenario& sc, std::mt19937_64& rng, int extra) {
-  auto& batch = sc.batch;
-  const auto& spec = sc.spec;
-  const Sharding rank0{spec.world, 0, spec.interleave};
-  const int B = batch.num_requests();
-  std::vector<std::int64_t> needed(std::size_t(B), 0);
-  std::int64_t total = 0, max_needed = 0;
-  for (int b = 0; b < B; ++b) {
-    needed[b] = (rank0.local_len(batch.total_len[b]) + spec.block_size - 1) / spec.block_size;
-    total += needed[b];
-    max_needed = std::max(max_needed, needed[b]);
-  }
-  batch.max_blocks = std::int32_t(max_needed + 1);
-  sc.num_blocks = std::max<std::int64_t>(1, total + extra);
-  std::vector<std::int32_t> ids(std::size_t(sc.num_blocks));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);
-  batch.block_table.assign(std::size_t(B) * batch.max_blocks, -1);
-  std::size_t next = 0;
-  for (int b = 0; b < B; ++b) {
-    for (std::int64_t i = 0; i < needed[b]; ++i) {
-      batch.block_table[std::size_t(b) * batch.max_blocks + i] = ids[next++];
-    }
-  }
-}
-
 // A scenario with exactly the given query lengths, global lengths and masks (empty: causal), plus
-// `padding` padding rows. Uses spec's world, interleave, heads, block size, dtypes, scale and seed
-// (requests, max_drafts, max_context, short_request, padding_rows are overwritten to match).
+// `padding` padding rows (sim::make_fixed_scenario with spec.padding_rows = padding).
 inline sim::Scenario custom_scenario(sim::ScenarioSpec spec, const std::vector<int>& q_lens,
                                      const std::vector<std::int64_t>& total_len,
                                      const std::vector<Mask>& masks = {}, int padding = 0) {
-  std::mt19937_64 rng(spec.seed * 0x9E3779B97F4A7C15ull + 12345);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  spec.requests = int(q_lens.size());
-  spec.max_drafts = *std::max_element(q_lens.begin(), q_lens.end()) - 1;
-  spec.max_context = *std::max_element(total_len.begin(), total_len.end());
-  spec.short_request = false;
   spec.padding_rows = padding;
-  sim::Scenario sc;
-  sc.spec = spec;
-  auto& batch = sc.batch;
-  batch.query_start_loc = {0};
-  for (int q : q_lens) batch.query_start_loc.push_back(batch.query_start_loc.back() + q);
-  batch.total_len = total_len;
-  batch.mask = masks;
-  batch.num_tokens = batch.real_tokens() + padding;
-  assign_block_tables(sc, rng, spec.extra_blocks);
-  sc.q.resize(std::size_t(batch.rows()) * spec.heads * kHeadDim);
-  for (auto& x : sc.q) x = round_to(spec.q_dtype, 0.5f * normal(rng));
-  sc.kv.resize(q_lens.size());
-  for (std::size_t b = 0; b < q_lens.size(); ++b) {
-    sc.kv[b].resize(std::size_t(total_len[b]) * kHeadDim);
-    for (auto& x : sc.kv[b]) x = normal(rng);
-  }
-  return sc;
+  return sim::make_fixed_scenario(spec, q_lens, total_len, masks);
 }
 
 // The same problem with every physical block id renamed through a random permutation of the

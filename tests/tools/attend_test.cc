@@ -16,7 +16,7 @@
 #include "dcpmla/cpu_backend.h"
 #include "dcpmla/error.h"
 #include "dcpmla/sim/runner.h"
-#include "fixed_scenario.h"
+#include "dcpmla/sim/scenario.h"
 #include "npy.h"
 
 namespace dcpmla::testing {
@@ -57,7 +57,7 @@ sim::Scenario scenario(const CaseSetup& s) {
   const std::vector<int> q = {8, 2, 3, 4, 1};
   const std::vector<std::int64_t> t = {100, 40, 7, 4, 130};
   const std::vector<Mask> m = {Mask::causal, Mask::causal, Mask::full, Mask::causal, Mask::causal};
-  return tool::make_fixed_scenario(spec, q, t, m);
+  return sim::make_fixed_scenario(spec, q, t, m);
 }
 
 const PlanLimits kLimits{.kv_chunk_blocks = 2};
