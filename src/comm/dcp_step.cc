@@ -5,21 +5,21 @@
 
 namespace dcpmla {
 
-const char* to_string(Combine c) { return c == Combine::ag_rs ? "ag_rs" : "a2a"; }
+const char* to_string(Combine c) {
+  return c == Combine::ag_rs ? "ag_rs" : "a2a";
+}
 
 Combine parse_combine(std::string_view text, const std::string& argument) {
   if (text == "ag_rs") return Combine::ag_rs;
   if (text == "a2a") return Combine::a2a;
-  throw Error(ErrorCode::invalid_argument, argument, "ag_rs or a2a",
-              "'" + std::string(text) + "'");
+  throw Error(ErrorCode::invalid_argument, argument, "ag_rs or a2a", "'" + std::string(text) + "'");
 }
 
 DcpWorkspace::DcpWorkspace(Backend& backend, int world_, std::int64_t max_rows_,
                            int heads_per_rank_, DType q_dtype_, std::size_t decode_bytes)
     : world(world_), max_rows(max_rows_), heads_per_rank(heads_per_rank_), q_dtype(q_dtype_) {
   require(world >= 1, ErrorCode::invalid_argument, "world", ">= 1", std::to_string(world));
-  require(max_rows >= 0, ErrorCode::invalid_argument, "max_rows", ">= 0",
-          std::to_string(max_rows));
+  require(max_rows >= 0, ErrorCode::invalid_argument, "max_rows", ">= 0", std::to_string(max_rows));
   require(heads_per_rank >= 1, ErrorCode::invalid_argument, "heads_per_rank", ">= 1",
           std::to_string(heads_per_rank));
   const std::size_t W = world, N = max_rows, Hl = heads_per_rank, H = W * Hl;
@@ -64,8 +64,14 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
   const TensorRef q = ws.q.tensor(qt, {N, H, kHeadDim});
   const TensorRef partial_out = ws.partial_out.tensor(DType::f32, {N, H, kLatentDim});
   const TensorRef partial_lse = ws.partial_lse.tensor(DType::f32, {N, H});
-  DecodeArgs decode{&plan,        q, a.cache, a.block_table, partial_out, partial_lse,
-                    a.softmax_scale, a.q_scale,
+  DecodeArgs decode{&plan,
+                    q,
+                    a.cache,
+                    a.block_table,
+                    partial_out,
+                    partial_lse,
+                    a.softmax_scale,
+                    a.q_scale,
                     ws.decode.tensor(DType::fp8_e4m3, {std::int64_t(ws.decode.bytes())})};
   // Every check happens before the first collective, so bad input cannot leave peers waiting
   // in a collective this rank never joins (when all ranks see the same bad input).

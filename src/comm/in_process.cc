@@ -36,11 +36,12 @@ void InProcessCommunicator::copy(void* dst, const void* src, std::size_t bytes, 
   }
 }
 
-void InProcessCommunicator::all_gather(const void* send, void* recv, std::size_t count,
-                                       DType dtype, Stream s) {
+void InProcessCommunicator::all_gather(const void* send, void* recv, std::size_t count, DType dtype,
+                                       Stream s) {
   const std::size_t bytes = count * dtype_size(dtype);
   exchange(send, s, [&](const std::vector<const void*>& peers) {
-    for (int r = 0; r < world(); ++r) copy(static_cast<std::uint8_t*>(recv) + r * bytes, peers[r], bytes, s);
+    for (int r = 0; r < world(); ++r)
+      copy(static_cast<std::uint8_t*>(recv) + r * bytes, peers[r], bytes, s);
   });
 }
 
@@ -61,8 +62,8 @@ void InProcessCommunicator::reduce_scatter_sum(const float* send, float* recv, s
   });
 }
 
-void InProcessCommunicator::all_to_all(const void* send, void* recv, std::size_t count,
-                                       DType dtype, Stream s) {
+void InProcessCommunicator::all_to_all(const void* send, void* recv, std::size_t count, DType dtype,
+                                       Stream s) {
   const std::size_t bytes = count * dtype_size(dtype);
   exchange(send, s, [&](const std::vector<const void*>& peers) {
     for (int r = 0; r < world(); ++r) {

@@ -40,9 +40,9 @@ ReferenceResult run_reference(const Scenario& scenario);
 struct RequestError {
   int q_len;
   std::int64_t total_len;
-  double max_out_error;  // max |O - O_ref|
-  double max_lse_error;  // max |LSE - LSE_ref| over finite entries
-  bool empty_rows_exact; // rows the reference sees as empty are exactly O = 0, LSE = -inf
+  double max_out_error;   // max |O - O_ref|
+  double max_lse_error;   // max |LSE - LSE_ref| over finite entries
+  bool empty_rows_exact;  // rows the reference sees as empty are exactly O = 0, LSE = -inf
   bool pass;
 };
 
