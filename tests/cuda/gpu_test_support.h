@@ -99,25 +99,7 @@ inline DecodeRun run_decode(Backend& be, const sim::Scenario& sc, int rank,
   const Batch& batch = sc.batch;
   const Batch& rb = run_batch ? *run_batch : batch;
   const Sharding sh{spec.world, rank, spec.interleave};
-  const float k_scale = spec.kv_dtype == DType::fp8_e4m3 ? spec.k_scale : 1.0f;
-  HostKvCache host_cache(spec.kv_dtype, sc.num_blocks, spec.block_size, k_scale);
-  if (poison) host_cache.poison();
-  {
-    auto cpu = make_cpu_backend(1);
-    std::vector<float> latents;
-    std::vector<std::int64_t> slots;
-    for (int b = 0; b < batch.num_requests(); ++b) {
-      for (std::int64_t p = 0; p < batch.total_len[b]; ++p) {
-        latents.insert(latents.end(), sc.kv[b].begin() + p * kHeadDim,
-                       sc.kv[b].begin() + (p + 1) * kHeadDim);
-        slots.push_back(sh.slot(p, batch.block_row(b), spec.block_size));
-      }
-    }
-    const auto n = std::int64_t(slots.size());
-    cpu->write_kv({TensorRef(latents.data(), DType::f32, {n, kHeadDim}),
-                   TensorRef(slots.data(), DType::i64, {n}), host_cache.ref()},
-                  nullptr);
-  }
+  HostKvCache host_cache = testing::rank_cache(sc, rank, poison);
   KvCacheRef cache = host_cache.ref();
   DeviceBuffer cache_buf(be, cache.bytes());
   be.upload(cache_buf.data(), cache.data, cache.bytes(), nullptr);

@@ -112,6 +112,31 @@ inline std::string describe(const sim::Comparison& c) {
 
 // One rank's decode run directly on a CPU backend over a host cache (no collectives): the
 // per-rank partial result for all H heads.
+// Rank `rank`'s cache of a scenario: every position of every request goes through the slot
+// mapping and the CPU writer; only the owner writes. Unused pages stay NaN when poisoned.
+inline HostKvCache rank_cache(const sim::Scenario& sc, int rank, bool poison = true) {
+  const auto& spec = sc.spec;
+  const Batch& batch = sc.batch;
+  const Sharding sh{spec.world, rank, spec.interleave};
+  const float k_scale = spec.kv_dtype == DType::fp8_e4m3 ? spec.k_scale : 1.0f;
+  HostKvCache cache(spec.kv_dtype, sc.num_blocks, spec.block_size, k_scale);
+  if (poison) cache.poison();
+  std::vector<float> latents;
+  std::vector<std::int64_t> slots;
+  for (int b = 0; b < batch.num_requests(); ++b) {
+    for (std::int64_t p = 0; p < batch.total_len[b]; ++p) {
+      latents.insert(latents.end(), sc.kv[b].begin() + p * kHeadDim,
+                     sc.kv[b].begin() + (p + 1) * kHeadDim);
+      slots.push_back(sh.slot(p, batch.block_row(b), spec.block_size));
+    }
+  }
+  const auto n = std::int64_t(slots.size());
+  make_cpu_backend(1)->write_kv({TensorRef(latents.data(), DType::f32, {n, kHeadDim}),
+                                 TensorRef(slots.data(), DType::i64, {n}), cache.ref()},
+                                nullptr);
+  return cache;
+}
+
 struct RankDecode {
   Plan plan;
   std::vector<float> out;  // [rows, H, 512]
@@ -124,24 +149,8 @@ inline RankDecode decode_rank(const sim::Scenario& sc, int rank, const PlanLimit
   const Batch& batch = sc.batch;
   const Batch& rb = run_batch ? *run_batch : batch;
   const Sharding sh{spec.world, rank, spec.interleave};
-  const float k_scale = spec.kv_dtype == DType::fp8_e4m3 ? spec.k_scale : 1.0f;
+  HostKvCache cache = rank_cache(sc, rank, poison);
   auto backend = make_cpu_backend(1);
-  HostKvCache cache(spec.kv_dtype, sc.num_blocks, spec.block_size, k_scale);
-  if (poison) cache.poison();
-  // Every position of every request goes through the slot mapping; only the owner writes.
-  std::vector<float> latents;
-  std::vector<std::int64_t> slots;
-  for (int b = 0; b < batch.num_requests(); ++b) {
-    for (std::int64_t p = 0; p < batch.total_len[b]; ++p) {
-      latents.insert(latents.end(), sc.kv[b].begin() + p * kHeadDim,
-                     sc.kv[b].begin() + (p + 1) * kHeadDim);
-      slots.push_back(sh.slot(p, batch.block_row(b), spec.block_size));
-    }
-  }
-  const auto n = std::int64_t(slots.size());
-  backend->write_kv({TensorRef(latents.data(), DType::f32, {n, kHeadDim}),
-                     TensorRef(slots.data(), DType::i64, {n}), cache.ref()},
-                    nullptr);
 
   RankDecode r;
   r.plan = make_plan(rb, {sh, spec.heads, spec.block_size, sc.num_blocks, limits});
