@@ -102,7 +102,7 @@ cap() { local l; l=$(left); [ "$1" -lt "$l" ] && echo "$1" || echo "$l"; }
 
 log "configure + build (Release, CUDA sm_90a)"
 { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDCPMLA_CUDA=ON \
-    -DDCPMLA_BUILD_BENCH=ON ${prefix_arg[@]+"${prefix_arg[@]}"} &&
+    -DDCPMLA_BUILD_BENCH=ON -DDCPMLA_NCCL=OFF ${prefix_arg[@]+"${prefix_arg[@]}"} &&
   timeout "$(cap 270)" cmake --build build-gpu -j "$JOBS"; } >> "$OUT/build.log" 2>&1
 build_rc=$?
 grep -E "error|warning:" "$OUT/build.log" | head -30
@@ -112,6 +112,11 @@ if [ $build_rc -ne 0 ]; then
   exit 1
 fi
 log "build done"
+# SASS of the tensor-core decode kernel, for reading the instruction schedule (DCPMLA_SASS=1).
+if [ "${DCPMLA_SASS:-0}" = 1 ] && command -v cuobjdump > /dev/null; then
+  obj=$(find build-gpu -name 'decode_tc.cu.o' | head -1)
+  [ -n "$obj" ] && cuobjdump -sass "$obj" > "$OUT/decode_tc.sass" 2>&1
+fi
 
 # --- tests --------------------------------------------------------------------------------
 log "ctest -L gpu (and the host-side cuda label)"

@@ -246,7 +246,7 @@ Problem make_problem(const Shape& sh, std::int64_t num_blocks_out[1], int block_
   num_blocks_out[0] = std::int64_t(ids.size());
   if (sh.form == Form::flattened) batch = flatten(batch);
   PlanConfig cfg{sharding, sh.H, block_size, num_blocks_out[0], {}};
-  cfg.limits.target_work_items = 2 * sms;
+  cfg.limits = cuda_plan_limits(batch, sharding, sh.H, block_size);
   Problem p{batch, make_plan(batch, cfg), double(sh.B) * sh.L * 1152.0, flops, batch.rows()};
   return p;
 }
@@ -260,8 +260,10 @@ int main(int argc, char** argv) {
   CLI::App app{"dcpmla GPU decode benchmark"};
   std::string out_path = "gpu_bench.json", filter, commit = "unknown", date = "unknown";
   int reps = 100;
+  int index = -1;
   app.add_option("--out", out_path, "JSON output file");
   app.add_option("--filter", filter, "only shapes whose group contains this");
+  app.add_option("--index", index, "only the index-th shape (from 0) that passes the filter");
   app.add_option("--reps", reps, "timed calls per shape (>= 100 for reported numbers)");
   app.add_option("--commit", commit, "commit recorded with the results");
   app.add_option("--date", date, "date recorded with the results");
@@ -303,8 +305,10 @@ int main(int argc, char** argv) {
         "{:>9}\n",
         "group", "B", "L", "H", "rows", "form", "W", "med_us", "min_us", "graph_us", "TB/s",
         "%copy", "TF", "%gemm", "FlashMLA");
+    int passed = -1;
     for (const Shape& sh : shapes()) {
       if (!filter.empty() && sh.group.find(filter) == std::string::npos) continue;
+      if (++passed != index && index >= 0) continue;
       std::int64_t num_blocks = 0;
       Problem p = make_problem(sh, &num_blocks, block_size, prop.multiProcessorCount, rng);
       const std::int64_t rows = p.rows;

@@ -26,4 +26,10 @@ bool cuda_available();
 // Throws Error(backend_failure) when `device` cannot be used.
 std::unique_ptr<Backend> make_cuda_backend(int device = 0);
 
+// Split-KV limits for decoding `batch` on `device` (gpu_plan_limits in src/cuda/launch_plan.h):
+// no split when the batch fills the SMs, else at most one wave of thread blocks, and no split
+// shorter than 256 tokens.
+PlanLimits cuda_plan_limits(const Batch& batch, const Sharding& sharding, int num_heads,
+                            int block_size, int device = 0);
+
 }  // namespace dcpmla

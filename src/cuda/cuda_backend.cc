@@ -7,6 +7,7 @@
 #include "check.h"
 #include "device_plan.h"
 #include "kernels.h"
+#include "launch_plan.h"
 
 namespace dcpmla {
 namespace {
@@ -138,6 +139,13 @@ bool cuda_available() {
 
 std::unique_ptr<Backend> make_cuda_backend(int device) {
   return std::make_unique<CudaBackend>(device);
+}
+
+PlanLimits cuda_plan_limits(const Batch& batch, const Sharding& sharding, int num_heads,
+                            int block_size, int device) {
+  int sms = 0;
+  DCPMLA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return cuda::gpu_plan_limits(batch, sharding, num_heads, block_size, sms);
 }
 
 }  // namespace dcpmla

@@ -62,7 +62,11 @@ void decode(const DecodeArgs& a, DevicePlan& dp, cudaStream_t s) {
   p.lse = a.lse.as<float>();
   p.partial_out = plan.num_partial_rows > 0 ? ws : nullptr;
   p.partial_lse = ws_lse;
-  launch_decode_tiles(p, a.q.dtype, a.cache.dtype, v.num_tiles, s);
+  if (tensor_core_decode_supports(a.q.dtype, a.cache.dtype)) {
+    launch_decode_tc(p, a.cache.dtype, v.num_tiles, s);
+  } else {
+    launch_decode_tiles(p, a.q.dtype, a.cache.dtype, v.num_tiles, s);
+  }
   if (v.num_merge_rows > 0) {
     launch_split_merge(
         {v.merge_rows, v.num_merge_rows, H, ws, ws_lse, a.out.data, out_bf16, a.lse.as<float>()},

@@ -19,7 +19,7 @@ void write_kv(const KvWriteArgs& args, cudaStream_t s);
 // merge and the padding fill.
 void decode(const DecodeArgs& args, DevicePlan& dp, cudaStream_t s);
 
-// decode.cu: one thread block per DecodeTile.
+// decode.cu: the FMA kernel (v1), one thread block per DecodeTile.
 struct DecodeParams {
   const DecodeTile* tiles;          // [num_tiles]
   const std::int32_t* row_bound;    // [rows] plan.row_local_bound
@@ -40,6 +40,12 @@ struct DecodeParams {
 };
 void launch_decode_tiles(const DecodeParams& p, DType q_dtype, DType cache_dtype,
                          std::int64_t num_tiles, cudaStream_t s);
+
+// decode_tc.cu: the tensor-core kernel (v2), one thread block per DecodeTile, for a bf16 query
+// and a bf16 or fp8 cache; launch_decode_tiles (v1, FMA) runs every other combination.
+bool tensor_core_decode_supports(DType q_dtype, DType cache_dtype);
+void launch_decode_tc(const DecodeParams& p, DType cache_dtype, std::int64_t num_tiles,
+                      cudaStream_t s);
 
 // split_merge.cu: rows of split requests <- merge of their fp32 partials.
 struct SplitMergeParams {

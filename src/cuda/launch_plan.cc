@@ -10,6 +10,31 @@
 
 namespace dcpmla::cuda {
 
+PlanLimits gpu_plan_limits(const Batch& batch, const Sharding& sharding, int num_heads,
+                           int block_size, int sm_count) {
+  require(num_heads >= 1, ErrorCode::invalid_argument, "num_heads", ">= 1",
+          std::to_string(num_heads));
+  require(block_size >= 1, ErrorCode::invalid_argument, "block_size", ">= 1",
+          std::to_string(block_size));
+  require(sm_count >= 1, ErrorCode::invalid_argument, "sm_count", ">= 1", std::to_string(sm_count));
+  validate_layout(batch);
+  std::int64_t blocks = 0;      // thread blocks of the unsplit batch
+  std::int64_t longest = 0;  // tokens of the longest local KV
+  for (int b = 0; b < batch.num_requests(); ++b) {
+    blocks += std::max<std::int64_t>(1, (std::int64_t(batch.q_len(b)) * num_heads + kTilePairs - 1) /
+                                            kTilePairs);
+    longest = std::max(longest, sharding.local_len(batch.total_len[std::size_t(b)]));
+  }
+  PlanLimits lim;  // no split
+  if (blocks == 0 || blocks >= sm_count) return lim;
+  const std::int64_t splits = sm_count / blocks;
+  const std::int64_t min_blocks = (256 + block_size - 1) / block_size;
+  const std::int64_t longest_blocks = (longest + block_size - 1) / block_size;
+  lim.kv_chunk_blocks = int(std::clamp<std::int64_t>((longest_blocks + splits - 1) / splits,
+                                                     min_blocks, std::max(min_blocks, longest_blocks)));
+  return lim;
+}
+
 LaunchPlan build_launch_plan(const Plan& plan, int tile_pairs) {
   require(tile_pairs >= 1, ErrorCode::invalid_argument, "tile_pairs", ">= 1",
           std::to_string(tile_pairs));

@@ -44,6 +44,14 @@ struct LaunchPlan {
   std::int64_t padding_end = 0;
 };
 
+// Split-KV limits for a GPU with `sm_count` SMs that runs one decode thread block per SM at a
+// time (a work item of Q rows runs ceil(Q * H / kTilePairs) blocks). A batch with at least one
+// block per SM is not split. A smaller one is split so that it makes at most one wave: the longest
+// request gets floor(sm_count / blocks) splits, the others fewer, never under 256 tokens (so each
+// block's fixed cost, its query rows and its fp32 partial output, stays small next to its KV).
+PlanLimits gpu_plan_limits(const Batch& batch, const Sharding& sharding, int num_heads,
+                           int block_size, int sm_count);
+
 // Throws Error(unsupported) when a work item has more than INT32_MAX pairs.
 LaunchPlan build_launch_plan(const Plan& plan, int tile_pairs = kTilePairs);
 

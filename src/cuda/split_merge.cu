@@ -1,5 +1,11 @@
-// Split-KV merge: every row of a split request <- merge::merge_partials over its fp32 partials
-// (the shared merge algebra: empty partials have weight 0 and their payload is never read).
+// Split-KV merge: every row of a split request <- the merge of its fp32 partials, with the shared
+// merge algebra's rules (dcpmla/merge.h): an empty partial (LSE -inf) has weight 0 and its payload
+// is never read; a row whose partials are all empty gets O = 0 and LSE = -inf.
+//
+// One block per (merge row, head): the split LSEs are reduced in parallel (max, then the sum of
+// exp(lse - max)), and each thread then sums 4 output dims over the splits, with the weights of
+// up to kWeights splits at a time staged in shared memory, so the loads of different splits are
+// independent (a long split list is bandwidth-bound, not latency-bound).
 #include "check.h"
 #include "dcpmla/merge.h"
 #include "device_common.cuh"
@@ -9,23 +15,67 @@ namespace dcpmla::cuda {
 namespace {
 
 constexpr int kThreads = kLatentDim / 4;  // 4 dims per thread
+constexpr int kWeights = 256;
 
-// One block per (merge row, head) item, grid-stride over items.
+__device__ float block_reduce(float v, bool is_max, float* scratch) {
+  for (int off = 16; off >= 1; off >>= 1) {
+    const float o = __shfl_xor_sync(0xffffffffu, v, off);
+    v = is_max ? fmaxf(v, o) : v + o;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // scratch free from a previous reduction
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = scratch[0];
+  for (int w = 1; w < kThreads / 32; ++w) v = is_max ? fmaxf(v, scratch[w]) : v + scratch[w];
+  return v;
+}
+
 __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeParams p) {
+  __shared__ float weights[kWeights];
+  __shared__ float scratch[kThreads / 32];
   const std::int64_t items = p.num_rows * p.num_heads;
   const int d0 = 4 * int(threadIdx.x);
   for (std::int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const MergeRow m = p.rows[item / p.num_heads];
     const int h = int(item % p.num_heads);
     const std::int64_t first = std::int64_t(m.first_partial_row) * p.num_heads + h;
-    const long lse_stride = long(m.split_stride_rows) * p.num_heads;
-    float merged[4];
-    const float lse = merge::merge_partials(m.num_splits, p.partial_out + first * kLatentDim + d0,
-                                            lse_stride * kLatentDim, p.partial_lse + first,
-                                            lse_stride, 4, merged, [](float x) { return x; });
+    const std::int64_t stride = std::int64_t(m.split_stride_rows) * p.num_heads;
+    const float* lse = p.partial_lse + first;
+
+    float mx = -INFINITY;
+    for (int r = threadIdx.x; r < m.num_splits; r += kThreads) mx = fmaxf(mx, merge::sanitize_lse(lse[r * stride]));
+    mx = block_reduce(mx, true, scratch);
+    float sum = 0.0f;
+    if (mx != -INFINITY) {
+      for (int r = threadIdx.x; r < m.num_splits; r += kThreads) {
+        sum += expf(merge::sanitize_lse(lse[r * stride]) - mx);
+      }
+    }
+    sum = block_reduce(sum, false, scratch);
+    const float merged = sum > 0.0f ? mx + logf(sum) : -INFINITY;
+
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const float* o = p.partial_out + first * kLatentDim + d0;
+    for (int r0 = 0; r0 < m.num_splits; r0 += kWeights) {
+      const int n = min(kWeights, m.num_splits - r0);
+      __syncthreads();  // the previous group's weights are read
+      for (int r = threadIdx.x; r < n; r += kThreads) {
+        weights[r] = merge::weight(lse[(r0 + r) * stride], merged);
+      }
+      __syncthreads();
+#pragma unroll 4
+      for (int r = 0; r < n; ++r) {
+        const float w = weights[r];
+        if (w != 0.0f) {
+          const float4 v = *reinterpret_cast<const float4*>(o + (r0 + r) * stride * kLatentDim);
+          acc[0] += w * v.x, acc[1] += w * v.y, acc[2] += w * v.z, acc[3] += w * v.w;
+        }
+      }
+    }
     const std::int64_t row = std::int64_t(m.out_row) * p.num_heads + h;
-    store4(p.out, p.out_bf16, row * kLatentDim + d0, merged[0], merged[1], merged[2], merged[3]);
-    if (threadIdx.x == 0) p.lse[row] = lse;
+    store4(p.out, p.out_bf16, row * kLatentDim + d0, acc[0], acc[1], acc[2], acc[3]);
+    if (threadIdx.x == 0) p.lse[row] = merged;
   }
 }
 

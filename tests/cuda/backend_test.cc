@@ -165,7 +165,12 @@ TEST(CudaBackend, DecodeMatchesCpuBackend) {
                        std::to_string(rank) + " chunk " + std::to_string(limits.kv_chunk_blocks));
           const auto got = run_decode(*be, sc, rank, limits, out);
           const auto want = run_decode(*cpu, sc, rank, limits, out);
-          const double out_tol = out == DType::bf16 ? 2e-2 : 1e-4;
+          // The tensor-core kernel (bf16 q with a bf16 or fp8 cache) multiplies bf16-rounded
+          // probabilities into V: |dO| <= 2^-9 max_k |v_k| (the weights' relative error), up to
+          // about 1e-2 for the N(0, 1) latents here (seen: 4.5e-3 at |O| = 2.5). The FMA
+          // kernel keeps them in fp32.
+          const bool tensor_cores = q == DType::bf16 && kv != DType::f32 && !on_cpu();
+          const double out_tol = out == DType::bf16 ? 2e-2 : tensor_cores ? 1e-2 : 1e-4;
           for (std::size_t k = 0; k < want.lse.size(); ++k) {
             if (std::isinf(want.lse[k])) {
               ASSERT_EQ(got.lse[k], want.lse[k]) << "(row, head) " << k;

@@ -212,5 +212,39 @@ TEST(CudaLaunchPlan, EmptyRankHasEmptyTiles) {
   EXPECT_EQ(lp.tiles[0].kv_visible_end, 0);
 }
 
+TEST(CudaLaunchPlan, GpuPlanLimitsSplitSmallBatchesIntoOneWave) {
+  auto uniform = [](int B, int Q, int T) {
+    Batch b;
+    b.query_start_loc.push_back(0);
+    for (int i = 0; i < B; ++i) {
+      b.query_start_loc.push_back(b.query_start_loc.back() + Q);
+      b.total_len.push_back(T);
+    }
+    b.max_blocks = 1;
+    b.block_table.assign(std::size_t(B), 0);
+    return b;
+  };
+  const Sharding one{1, 0, 1};
+  // H = 128, Q = 8: 16 thread blocks per request, 1024 in all: no split.
+  PlanLimits lim = cuda::gpu_plan_limits(uniform(64, 8, 4096), one, 128, 64, 132);
+  EXPECT_EQ(lim.kv_chunk_blocks, 0);
+  EXPECT_EQ(lim.target_work_items, 0);
+  // One request, H = 128: 2 blocks, 66 splits of 1024 blocks -> chunks of 16 blocks.
+  lim = cuda::gpu_plan_limits(uniform(1, 1, 65536), one, 128, 64, 132);
+  EXPECT_EQ(lim.kv_chunk_blocks, 16);
+  // Block size 16: 4096 blocks over 66 splits; never under 256 tokens (16 blocks).
+  lim = cuda::gpu_plan_limits(uniform(1, 1, 65536), one, 128, 16, 132);
+  EXPECT_EQ(lim.kv_chunk_blocks, 63);
+  lim = cuda::gpu_plan_limits(uniform(1, 1, 1000), one, 128, 16, 132);
+  EXPECT_EQ(lim.kv_chunk_blocks, 16);
+  // DCP: the local length on the rank (W = 8: 4096 of 32768 tokens), 32 x 2 blocks at H = 96.
+  lim = cuda::gpu_plan_limits(uniform(32, 1, 32768), Sharding{8, 3, 1}, 96, 64, 132);
+  EXPECT_EQ(lim.kv_chunk_blocks, 32);
+  Batch ragged = uniform(2, 1, 100);
+  ragged.query_start_loc = {0, 1, 4};
+  EXPECT_THROW(cuda::gpu_plan_limits(ragged, one, 0, 64, 132), Error);
+  EXPECT_THROW(cuda::gpu_plan_limits(ragged, one, 64, 64, 0), Error);
+}
+
 }  // namespace
 }  // namespace dcpmla
