@@ -152,6 +152,7 @@ if command -v compute-sanitizer > /dev/null; then
   filter='CudaBackend.DecodeRepeatsAndGrowsItsPlanBuffers:CudaBackend.InvalidDeviceBlockIdsReadNoMemory'
   filter+=':CudaBackend.SpecMergeVectors:CudaBackend.WriteKvMatchesCpuAndSkipsBadSlots'
   filter+=':CudaBackend.LayoutKernelsMatchCpuExactly:CudaBackend.CombineKernelsMatchCpu'
+  filter+=':CudaBackend.GraphReplaysPlansUpdatedInPlace:CudaBackend.DecodeMatchesCpuBackend'
   timeout "$(cap 90)" compute-sanitizer --tool memcheck --error-exitcode 3 \
     build-gpu/tests/cuda/cuda_backend_test --gtest_filter="$filter" 2>&1 |
     tee "$OUT/memcheck.log" | tail -15

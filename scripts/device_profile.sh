@@ -17,16 +17,29 @@ command -v ncu > /dev/null || { echo "ncu not found" >&2; exit 1; }
 # memory-bound (128, 8192, 16, 1) of the FlashMLA table.
 shapes=("${@:-flashmla_table:0 flashmla_table:4}")
 n=0
+stalls=""
+for r in barrier long_scoreboard short_scoreboard wait math_pipe_throttle mio_throttle \
+  lg_throttle membar dispatch_stall sleeping selected not_selected no_instruction branch_resolving \
+  drain misc tex_throttle imc_miss; do
+  stalls+="smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio,"
+done
+metrics="${stalls}sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,"
+metrics+="sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,"
+metrics+="l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed,"
+metrics+="smsp__inst_executed.sum,sm__cycles_elapsed.avg,smsp__cycles_active.avg"
 for spec in ${shapes[@]}; do
   group=${spec%%:*}
   index=${spec##*:}
   n=$((n + 1))
   # Past the 5 warm-up calls.
-  timeout 240 ncu --kernel-name regex:decode_tc_kernel --launch-skip 5 --launch-count 1 \
+  # Clocks as in the benchmark (not locked to base), plus the stall reasons and pipe activity.
+  timeout 240 ncu --kernel-name "regex:${DCPMLA_PROFILE_KERNEL:-decode_(tc|ws)_kernel}" \
+    --launch-skip 5 --launch-count 1 --clock-control none \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     --section WarpStateStats --section SchedulerStats --section Occupancy \
+    --metrics "$metrics" \
     "$bench" --filter "$group" --index "$index" --reps 1 --out /tmp/profile.json > "$OUT/profile-$n.txt" 2>&1
   echo "== profile $n ($spec): rc $?"
-  grep -E "Duration|Throughput|Pipe|Shared|Stall|Issued|Eligible|Warp Cycles|SM Busy|Tensor" \
-    "$OUT/profile-$n.txt" | head -40
+  grep -E "Duration|SM Frequency|Throughput|Issued Ipc|Eligible Warps|issue_stalled|pipe_tensor|wavefronts|inst_executed|cycles" \
+    "$OUT/profile-$n.txt" | awk '$NF+0 > 0.05 || !/issue_stalled/' | head -60
 done

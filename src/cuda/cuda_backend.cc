@@ -107,6 +107,11 @@ class CudaBackend final : public Backend {
     cuda::convert(a, as_stream(s));
   }
 
+  cuda::DevicePlan& device_plan() {
+    use_device();
+    return plan_;
+  }
+
  private:
   // The current device is per host thread; every entry point selects this backend's.
   void use_device() { DCPMLA_CUDA_CHECK(cudaSetDevice(device_)); }
@@ -139,6 +144,34 @@ bool cuda_available() {
 
 std::unique_ptr<Backend> make_cuda_backend(int device) {
   return std::make_unique<CudaBackend>(device);
+}
+
+namespace {
+
+CudaBackend& as_cuda(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  require(cuda != nullptr, ErrorCode::invalid_argument, "backend", "a CUDA backend",
+          "the '" + backend.name() + "' backend");
+  return *cuda;
+}
+
+}  // namespace
+
+DecodeCapacity decode_capacity(const Plan& plan) {
+  const cuda::LaunchCapacity c = cuda::capacity_of(cuda::build_launch_plan(plan), plan);
+  return {c.tiles, c.merge_rows, c.rows};
+}
+
+void reserve_decode_capacity(Backend& backend, const DecodeCapacity& c) {
+  as_cuda(backend).device_plan().reserve({c.thread_blocks, c.merge_rows, c.rows});
+}
+
+void update_decode_plan(Backend& backend, const Plan& plan, Stream s) {
+  as_cuda(backend).device_plan().update(plan, as_stream(s));
+}
+
+void forget_captured_decodes(Backend& backend) {
+  as_cuda(backend).device_plan().forget_captures();
 }
 
 PlanLimits cuda_plan_limits(const Batch& batch, const Sharding& sharding, int num_heads,

@@ -34,17 +34,23 @@ void decode(const DecodeArgs& a, DevicePlan& dp, cudaStream_t s) {
   require_aligned(a.cache.data, "cache.data");
   if (plan.num_partial_rows > 0) require_aligned(a.workspace.data, "workspace");
 
-  const DevicePlan::View v = dp.upload(plan, s);
-  require(v.num_tiles <= 0x7fffffff, ErrorCode::unsupported, "plan",
-          "at most 2^31 - 1 decode tiles", std::to_string(v.num_tiles));
-  auto* ws = static_cast<float*>(a.workspace.data);
-  float* ws_lse = plan.num_partial_rows > 0
-                      ? ws + std::size_t(plan.num_partial_rows) * H * kLatentDim
-                      : nullptr;
+  const DevicePlan::View v = dp.upload(a, s);
+  // Under capture the kernels cover the capacity, so replays of later plans that fit still run
+  // every block; outside, exactly this plan's.
+  const LaunchCapacity& grid = v.capturing ? v.capacity : v.counts;
+  require(grid.tiles <= 0x7fffffff, ErrorCode::unsupported, "plan",
+          "at most 2^31 - 1 decode thread blocks", std::to_string(grid.tiles));
+  // Workspace: partial O [cap, H, 512] then partial LSE [cap, H], where cap is the rows the
+  // workspace holds (not this plan's count), so the pointers stay fixed for a captured graph.
+  const std::size_t row_bytes = std::size_t(H) * (kLatentDim + 1) * sizeof(float);
+  const std::size_t cap_rows = a.workspace.bytes() / row_bytes;
+  float* ws = cap_rows > 0 ? static_cast<float*>(a.workspace.data) : nullptr;
+  float* ws_lse = cap_rows > 0 ? ws + cap_rows * H * kLatentDim : nullptr;
   const bool fp8 = a.cache.dtype == DType::fp8_e4m3;
   const bool out_bf16 = a.out.dtype == DType::bf16;
 
   DecodeParams p;
+  p.header = v.header;
   p.tiles = v.tiles;
   p.row_bound = v.row_bound;
   p.q = a.q.data;
@@ -60,21 +66,20 @@ void decode(const DecodeArgs& a, DevicePlan& dp, cudaStream_t s) {
   p.out = a.out.data;
   p.out_bf16 = out_bf16;
   p.lse = a.lse.as<float>();
-  p.partial_out = plan.num_partial_rows > 0 ? ws : nullptr;
+  p.partial_out = ws;
   p.partial_lse = ws_lse;
   if (tensor_core_decode_supports(a.q.dtype, a.cache.dtype)) {
-    launch_decode_tc(p, a.cache.dtype, v.num_tiles, s);
+    launch_decode_tc(p, a.cache.dtype, grid.tiles, s);
   } else {
-    launch_decode_tiles(p, a.q.dtype, a.cache.dtype, v.num_tiles, s);
+    launch_decode_tiles(p, a.q.dtype, a.cache.dtype, grid.tiles, s);
   }
-  if (v.num_merge_rows > 0) {
+  if (grid.merge_rows > 0) {
     launch_split_merge(
-        {v.merge_rows, v.num_merge_rows, H, ws, ws_lse, a.out.data, out_bf16, a.lse.as<float>()},
-        s);
+        {v.header, v.merge_rows, H, ws, ws_lse, a.out.data, out_bf16, a.lse.as<float>()},
+        grid.merge_rows, s);
   }
-  if (v.padding_end > v.padding_begin) {
-    launch_fill_padding(a.out.data, out_bf16, a.lse.as<float>(), v.padding_begin, v.padding_end, H,
-                        s);
+  if (v.capturing || v.counts.rows > plan.num_real_rows) {
+    launch_fill_padding(a.out.data, out_bf16, a.lse.as<float>(), v.header, grid.rows, H, s);
   }
   dp.mark_used(s);
 }

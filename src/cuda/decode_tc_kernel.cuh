@@ -28,64 +28,22 @@
 
 #include <cstdint>
 
-#include "device_common.cuh"
-#include "hopper/wgmma.cuh"
-#include "kernels.h"
+#include "decode_tc_common.cuh"
 
 namespace dcpmla::cuda {
 namespace tc {
 
 constexpr int kThreads = 256;
-constexpr int kPairs = 64;  // == kTilePairs
-constexpr int kKeys = 64;   // tokens per KV tile
-constexpr int kChunks = kHeadDim / 64;
-constexpr std::uint32_t kChunkBytes = 64u * 128u;  // 64 rows of 64 bf16
-constexpr std::uint32_t kTileBytes = kChunks * kChunkBytes;
-static_assert(kPairs == kTilePairs && kHeadDim % 64 == 0 && kLatentDim == 512);
 
 constexpr std::uint32_t kOffQ = 0;
 constexpr std::uint32_t kOffKv = kOffQ + kTileBytes;
 constexpr std::uint32_t kOffP = kOffKv + 2 * kTileBytes;
-constexpr std::uint32_t kOffExchange = kOffP + kPairs * 128u;      // float [2][64]
+constexpr std::uint32_t kOffExchange = kOffP + kPairs * 128u;          // float [2][64]
 constexpr std::uint32_t kOffEntries = kOffExchange + 2 * kPairs * 4u;  // int64 [2][64]
 constexpr std::uint32_t kUsedBytes = kOffEntries + 2 * kKeys * 8u;
 // The dynamic shared memory is aligned up to 1024 bytes inside the allocation.
 constexpr std::uint32_t kSmemBytes = kUsedBytes + 1024;
 static_assert(kSmemBytes <= 227u * 1024u, "sm_90 allows 227 KiB of shared memory per block");
-
-enum class Cache { bf16, fp8 };
-
-constexpr std::int64_t kEntryNone = -1;     // past the tile's visible end: zeros, never read
-constexpr std::int64_t kEntryInvalid = -2;  // block id outside the cache: NaN, never read
-
-__device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async16(std::uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
-}
-__device__ __forceinline__ void st_shared16(std::uint32_t dst, uint4 v) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(v.x), "r"(v.y),
-               "r"(v.z), "r"(v.w)
-               : "memory");
-}
-__device__ __forceinline__ void st_shared4(std::uint32_t dst, std::uint32_t v) {
-  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dst), "r"(v) : "memory");
-}
-__device__ __forceinline__ std::uint32_t pack_bf16x2(float lo, float hi) {
-  return std::uint32_t(float_to_bf16(lo)) | std::uint32_t(float_to_bf16(hi)) << 16;
-}
-
-// Cache row of local token t of `request`, or one of the markers above.
-__device__ __forceinline__ std::int64_t cache_entry(const DecodeParams& p, int request, int t,
-                                                    int visible_end) {
-  if (t >= visible_end) return kEntryNone;
-  const std::int64_t id = p.block_table[std::int64_t(request) * p.max_blocks + t / p.block_size];
-  return (id >= 0 && id < p.num_blocks) ? id * p.block_size + t % p.block_size : kEntryInvalid;
-}
 
 // Fills one KV stage with the tokens whose cache rows are in `entries`.
 template <Cache C>
@@ -97,7 +55,7 @@ struct KvLoader;
 // per-thread base plus a compile-time constant.
 template <>
 struct KvLoader<Cache::bf16> {
-  static constexpr int kUnitsPerToken = kHeadDim * 2 / 16;  // 72
+  static constexpr int kUnitsPerToken = kHeadDim * 2 / 16;   // 72
   static constexpr int kThreadsPerToken = kThreads / kKeys;  // 4
   static constexpr int kPerThread = kUnitsPerToken / kThreadsPerToken;
   static_assert(kThreadsPerToken == 4 && kUnitsPerToken % kThreadsPerToken == 0);
@@ -146,10 +104,11 @@ struct KvLoader<Cache::fp8> {
     const std::uint32_t fill = e == kEntryNone ? 0u : 0x7f7f7f7fu;  // zeros or e4m3 NaN
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
-      raw[i] = e >= 0 ? __ldg(src + first + kThreadsPerToken * i)
-                      : make_uint4(fill, fill, fill, fill);
+      raw[i] =
+          e >= 0 ? __ldg(src + first + kThreadsPerToken * i) : make_uint4(fill, fill, fill, fill);
     }
-    static_assert(kThreadsPerToken == 4 && kPerThread == kChunks, "finish() assumes load i in chunk i");
+    static_assert(kThreadsPerToken == 4 && kPerThread == kChunks,
+                  "finish() assumes load i in chunk i");
   }
   static __device__ __forceinline__ std::uint32_t widen2(std::uint32_t two) {
     const __half2 h(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two & 0xffffu), __NV_E4M3));
@@ -177,15 +136,15 @@ struct KvLoader<Cache::fp8> {
 template <Cache C>
 __global__ void __launch_bounds__(kThreads, 1) decode_tc_kernel(const DecodeParams p) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const std::uint32_t raw_addr = smem_addr(smem_raw);
-  const std::uint32_t pad = (1024u - (raw_addr & 1023u)) & 1023u;
-  unsigned char* smem = smem_raw + pad;
-  const std::uint32_t s_q = raw_addr + pad + kOffQ;
-  const std::uint32_t s_kv = raw_addr + pad + kOffKv;
-  const std::uint32_t s_p = raw_addr + pad + kOffP;
-  float* exchange = reinterpret_cast<float*>(smem + kOffExchange);  // [2 warpgroups][64 pairs]
+  unsigned char* smem = aligned_smem(smem_raw);
+  const std::uint32_t s_q = smem_addr(smem) + kOffQ;
+  const std::uint32_t s_kv = smem_addr(smem) + kOffKv;
+  const std::uint32_t s_p = smem_addr(smem) + kOffP;
+  float* exchange = reinterpret_cast<float*>(smem + kOffExchange);      // [2 warpgroups][64 pairs]
   auto* entries = reinterpret_cast<std::int64_t*>(smem + kOffEntries);  // [2 stages][64]
 
+  // Launched for the plan buffer's capacity under a CUDA graph: blocks past the plan exit.
+  if (p.header != nullptr && std::int64_t(blockIdx.x) >= p.header->num_tiles) return;
   const DecodeTile tile = p.tiles[blockIdx.x];
   const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3;
   const int quad = lane & 3;
@@ -194,31 +153,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_tc_kernel(const DecodePara
 
   // The thread's two accumulator rows (pairs) and their exclusive local key limits.
   const int rows[2] = {16 * warp + (lane >> 2), 16 * warp + (lane >> 2) + 8};
-  int lim[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    lim[i] = tile.kv_begin;
-    if (rows[i] < tile.num_pairs) {
-      const int row = tile.row_begin + (tile.pair_begin + rows[i]) / H;
-      lim[i] = max(tile.kv_begin, min(p.row_bound[row], tile.kv_end));
-    }
-  }
+  const int lim[2] = {pair_key_limit(p, tile, rows[0]), pair_key_limit(p, tile, rows[1])};
 
   KvLoader<C> loader;
   if (num_kv_tiles > 0) {
-    // Q of the tile's pairs (contiguous in q), zeros past num_pairs.
-    const auto* q = static_cast<const unsigned char*>(p.q) +
-                    (std::int64_t(tile.row_begin) * H + tile.pair_begin) * (kHeadDim * 2);
-    for (int u = tid; u < kPairs * 72; u += kThreads) {
-      const int r = u / 72, rem = u - r * 72;
-      const std::uint32_t dst = s_q + (rem >> 3) * kChunkBytes + hopper::swizzled_offset(r, rem & 7);
-      if (r < tile.num_pairs) {
-        cp_async16(dst, q + std::int64_t(r) * (kHeadDim * 2) + rem * 16);
-      } else {
-        st_shared16(dst, make_uint4(0u, 0u, 0u, 0u));
-      }
-    }
-    if (tid < kKeys) entries[tid] = cache_entry(p, tile.request, tile.kv_begin + tid, tile.kv_visible_end);
+    load_q<kThreads>(p, tile, s_q, tid);
+    if (tid < kKeys)
+      entries[tid] = cache_entry(p, tile.request, tile.kv_begin + tid, tile.kv_visible_end);
     __syncthreads();
     loader.issue(p.cache, entries, s_kv, tid);
     loader.finish(s_kv, tid);
@@ -287,8 +228,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_tc_kernel(const DecodePara
     float factor[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const float m_new =
-          fmaxf(m[i], fmaxf(exchange[rows[i]], exchange[kPairs + rows[i]]));
+      const float m_new = fmaxf(m[i], fmaxf(exchange[rows[i]], exchange[kPairs + rows[i]]));
       factor[i] = m_new == -INFINITY ? 1.0f : exp2f(m[i] - m_new);
       m[i] = m_new;
     }

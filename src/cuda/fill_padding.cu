@@ -8,9 +8,11 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void fill_padding_kernel(void* out, bool out_bf16, float* lse, std::int64_t first,
-                                    std::int64_t count) {
+__global__ void fill_padding_kernel(void* out, bool out_bf16, float* lse, const PlanHeader* header,
+                                    int num_heads) {
   // count = rows * H (row, head) items starting at item `first`.
+  const std::int64_t first = header->padding_begin * num_heads;
+  const std::int64_t count = (header->padding_end - header->padding_begin) * num_heads;
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
   const std::int64_t begin = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   for (std::int64_t i = begin; i < count * kLatentDim; i += stride) {
@@ -21,12 +23,12 @@ __global__ void fill_padding_kernel(void* out, bool out_bf16, float* lse, std::i
 
 }  // namespace
 
-void launch_fill_padding(void* out, bool out_bf16, float* lse, std::int64_t row_begin,
-                         std::int64_t row_end, int num_heads, cudaStream_t s) {
-  const std::int64_t count = (row_end - row_begin) * num_heads;
+void launch_fill_padding(void* out, bool out_bf16, float* lse, const PlanHeader* header,
+                         std::int64_t row_capacity, int num_heads, cudaStream_t s) {
+  const std::int64_t count = row_capacity * num_heads;
   if (count <= 0) return;
   fill_padding_kernel<<<grid_blocks(count * kLatentDim, kThreads), kThreads, 0, s>>>(
-      out, out_bf16, lse, row_begin * num_heads, count);
+      out, out_bf16, lse, header, num_heads);
   check_launch("fill_padding_kernel<<<>>>");
 }
 

@@ -21,6 +21,7 @@ void decode(const DecodeArgs& args, DevicePlan& dp, cudaStream_t s);
 
 // decode.cu: the FMA kernel (v1), one thread block per DecodeTile.
 struct DecodeParams {
+  const PlanHeader* header;         // num_tiles; blocks past it exit (null: every block runs)
   const DecodeTile* tiles;          // [num_tiles]
   const std::int32_t* row_bound;    // [rows] plan.row_local_bound
   const void* q;                    // [rows, H, 576] f32 or bf16, 16-byte aligned
@@ -49,8 +50,8 @@ void launch_decode_tc(const DecodeParams& p, DType cache_dtype, std::int64_t num
 
 // split_merge.cu: rows of split requests <- merge of their fp32 partials.
 struct SplitMergeParams {
-  const MergeRow* rows;  // [num_rows]
-  std::int64_t num_rows;
+  const PlanHeader* header;  // num_merge_rows
+  const MergeRow* rows;      // [header->num_merge_rows]
   int num_heads;
   const float* partial_out;  // [partial_rows, H, 512]
   const float* partial_lse;  // [partial_rows, H]
@@ -58,11 +59,14 @@ struct SplitMergeParams {
   bool out_bf16;
   float* lse;  // [rows, H]
 };
-void launch_split_merge(const SplitMergeParams& p, cudaStream_t s);
 
-// fill_padding.cu: rows [row_begin, row_end) of out (f32 or bf16) and lse <- 0 and -inf.
-void launch_fill_padding(void* out, bool out_bf16, float* lse, std::int64_t row_begin,
-                         std::int64_t row_end, int num_heads, cudaStream_t s);
+// split_merge.cu: grid for merging up to `capacity` merge rows.
+void launch_split_merge(const SplitMergeParams& p, std::int64_t capacity, cudaStream_t s);
+
+// fill_padding.cu: rows [header->padding_begin, header->padding_end) of out (f32 or bf16) and
+// lse <- 0 and -inf; the grid covers up to `row_capacity` rows.
+void launch_fill_padding(void* out, bool out_bf16, float* lse, const PlanHeader* header,
+                         std::int64_t row_capacity, int num_heads, cudaStream_t s);
 
 // unpack_query.cu
 void unpack_query(const UnpackQueryArgs& args, cudaStream_t s);

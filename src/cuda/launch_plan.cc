@@ -18,20 +18,41 @@ PlanLimits gpu_plan_limits(const Batch& batch, const Sharding& sharding, int num
           std::to_string(block_size));
   require(sm_count >= 1, ErrorCode::invalid_argument, "sm_count", ">= 1", std::to_string(sm_count));
   validate_layout(batch);
-  std::int64_t blocks = 0;      // thread blocks of the unsplit batch
-  std::int64_t longest = 0;  // tokens of the longest local KV
-  for (int b = 0; b < batch.num_requests(); ++b) {
-    blocks += std::max<std::int64_t>(1, (std::int64_t(batch.q_len(b)) * num_heads + kTilePairs - 1) /
-                                            kTilePairs);
-    longest = std::max(longest, sharding.local_len(batch.total_len[std::size_t(b)]));
+  const int B = batch.num_requests();
+  std::vector<std::int64_t> blocks(static_cast<std::size_t>(B)), kv_blocks(blocks.size());
+  std::int64_t longest = 0;  // KV blocks of the longest local KV
+  for (int b = 0; b < B; ++b) {
+    blocks[b] = std::max<std::int64_t>(
+        1, (std::int64_t(batch.q_len(b)) * num_heads + kTilePairs - 1) / kTilePairs);
+    const std::int64_t len = sharding.local_len(batch.total_len[std::size_t(b)]);
+    kv_blocks[b] = (len + block_size - 1) / block_size;
+    longest = std::max(longest, kv_blocks[b]);
   }
+  const std::int64_t min_chunk = (256 + block_size - 1) / block_size;
+  // Estimated time of a chunk size: waves of thread blocks x (the longest block's tokens + a fixed
+  // cost of about two 64-token tiles: its query rows, its output and the merge).
+  auto cost = [&](std::int64_t chunk) {
+    std::int64_t thread_blocks = 0;
+    for (int b = 0; b < B; ++b) {
+      thread_blocks += blocks[b] * std::max<std::int64_t>(1, (kv_blocks[b] + chunk - 1) / chunk);
+    }
+    const std::int64_t waves = (thread_blocks + sm_count - 1) / sm_count;
+    return double(waves) * double(std::min(chunk, longest) * block_size + 128);
+  };
   PlanLimits lim;  // no split
-  if (blocks == 0 || blocks >= sm_count) return lim;
-  const std::int64_t splits = sm_count / blocks;
-  const std::int64_t min_blocks = (256 + block_size - 1) / block_size;
-  const std::int64_t longest_blocks = (longest + block_size - 1) / block_size;
-  lim.kv_chunk_blocks = int(std::clamp<std::int64_t>((longest_blocks + splits - 1) / splits,
-                                                     min_blocks, std::max(min_blocks, longest_blocks)));
+  if (B == 0 || longest <= min_chunk) return lim;
+  std::int64_t best = longest;
+  double best_cost = cost(longest);
+  for (std::int64_t splits = 2; splits <= 2 * sm_count; ++splits) {
+    const std::int64_t chunk = std::max(min_chunk, (longest + splits - 1) / splits);
+    const double c = cost(chunk);
+    if (c < best_cost * 0.98) {  // split only for a clear gain
+      best = chunk;
+      best_cost = c;
+    }
+    if (chunk == min_chunk) break;
+  }
+  if (best < longest) lim.kv_chunk_blocks = int(best);
   return lim;
 }
 
@@ -80,14 +101,38 @@ std::size_t align16(std::size_t n) {
 
 }  // namespace
 
-void pack_launch_plan(const LaunchPlan& lp, const Plan& plan, PackedLaunchPlan& out) {
+LaunchCapacity capacity_of(const LaunchPlan& lp, const Plan& plan) {
+  return {std::int64_t(lp.tiles.size()), std::int64_t(lp.merge_rows.size()), plan.num_rows};
+}
+
+LaunchCapacity max_capacity(const LaunchCapacity& a, const LaunchCapacity& b) {
+  return {std::max(a.tiles, b.tiles), std::max(a.merge_rows, b.merge_rows),
+          std::max(a.rows, b.rows)};
+}
+
+void pack_launch_plan(const LaunchPlan& lp, const Plan& plan, const LaunchCapacity& capacity,
+                      PackedLaunchPlan& out) {
+  const LaunchCapacity need = capacity_of(lp, plan);
+  require(
+      capacity.holds(need), ErrorCode::invalid_argument, "capacity",
+      fmt::format(">= {} tiles, {} merge rows, {} rows", need.tiles, need.merge_rows, need.rows),
+      fmt::format("{} tiles, {} merge rows, {} rows", capacity.tiles, capacity.merge_rows,
+                  capacity.rows));
   const std::size_t tiles = lp.tiles.size() * sizeof(DecodeTile);
   const std::size_t merges = lp.merge_rows.size() * sizeof(MergeRow);
   const std::size_t bounds = plan.row_local_bound.size() * sizeof(std::int32_t);
-  out.tiles_offset = 0;
-  out.merge_rows_offset = align16(tiles);
-  out.row_bound_offset = out.merge_rows_offset + align16(merges);
-  out.bytes.assign(out.row_bound_offset + align16(bounds), std::byte{0});
+  out.header_offset = 0;
+  out.tiles_offset = align16(sizeof(PlanHeader));
+  out.merge_rows_offset =
+      out.tiles_offset + align16(std::size_t(capacity.tiles) * sizeof(DecodeTile));
+  out.row_bound_offset =
+      out.merge_rows_offset + align16(std::size_t(capacity.merge_rows) * sizeof(MergeRow));
+  out.bytes.assign(
+      out.row_bound_offset + align16(std::size_t(capacity.rows) * sizeof(std::int32_t)),
+      std::byte{0});
+  const PlanHeader header{std::int64_t(lp.tiles.size()), std::int64_t(lp.merge_rows.size()),
+                          lp.padding_begin, lp.padding_end};
+  std::memcpy(out.bytes.data() + out.header_offset, &header, sizeof header);
   if (tiles) std::memcpy(out.bytes.data() + out.tiles_offset, lp.tiles.data(), tiles);
   if (merges) std::memcpy(out.bytes.data() + out.merge_rows_offset, lp.merge_rows.data(), merges);
   if (bounds) {

@@ -44,25 +44,52 @@ struct LaunchPlan {
   std::int64_t padding_end = 0;
 };
 
+// The counts of the plan in the device buffer, read by the kernels: a CUDA graph launches them for
+// the buffer's capacity and replays whatever plan was uploaded last.
+struct PlanHeader {
+  std::int64_t num_tiles;
+  std::int64_t num_merge_rows;
+  std::int64_t padding_begin;
+  std::int64_t padding_end;
+};
+static_assert(sizeof(PlanHeader) == 32);
+
+// Room in a device plan buffer: decode thread blocks (tiles), merge rows, query rows.
+struct LaunchCapacity {
+  std::int64_t tiles = 0;
+  std::int64_t merge_rows = 0;
+  std::int64_t rows = 0;
+  bool holds(const LaunchCapacity& need) const {
+    return need.tiles <= tiles && need.merge_rows <= merge_rows && need.rows <= rows;
+  }
+  friend bool operator==(const LaunchCapacity&, const LaunchCapacity&) = default;
+};
+LaunchCapacity capacity_of(const LaunchPlan& lp, const Plan& plan);
+LaunchCapacity max_capacity(const LaunchCapacity& a, const LaunchCapacity& b);
+
 // Split-KV limits for a GPU with `sm_count` SMs that runs one decode thread block per SM at a
-// time (a work item of Q rows runs ceil(Q * H / kTilePairs) blocks). A batch with at least one
-// block per SM is not split. A smaller one is split so that it makes at most one wave: the longest
-// request gets floor(sm_count / blocks) splits, the others fewer, never under 256 tokens (so each
-// block's fixed cost, its query rows and its fp32 partial output, stays small next to its KV).
+// time (a work item of Q rows runs ceil(Q * H / kTilePairs) blocks): the chunk size (cut from the
+// longest request, never under 256 tokens) that minimises waves x the longest block's work, where
+// each block also pays about two tiles of fixed cost (its query rows, its output, the merge). A
+// batch that fills the SMs evenly is not split.
 PlanLimits gpu_plan_limits(const Batch& batch, const Sharding& sharding, int num_heads,
                            int block_size, int sm_count);
 
 // Throws Error(unsupported) when a work item has more than INT32_MAX pairs.
 LaunchPlan build_launch_plan(const Plan& plan, int tile_pairs = kTilePairs);
 
-// The device image of a launch plan: tiles, merge rows and row_local_bound, each section
-// 16-byte aligned, in one buffer (one upload).
+// The device image of a launch plan: header, tiles, merge rows and row_local_bound, each section
+// 16-byte aligned and sized for `capacity` (so the sections stay where a captured graph reads
+// them whatever plan fits), in one buffer (one upload).
 struct PackedLaunchPlan {
   std::vector<std::byte> bytes;
+  std::size_t header_offset = 0;
   std::size_t tiles_offset = 0;
   std::size_t merge_rows_offset = 0;
   std::size_t row_bound_offset = 0;
 };
-void pack_launch_plan(const LaunchPlan& lp, const Plan& plan, PackedLaunchPlan& out);
+// Throws Error(invalid_argument) when the plan does not fit `capacity`.
+void pack_launch_plan(const LaunchPlan& lp, const Plan& plan, const LaunchCapacity& capacity,
+                      PackedLaunchPlan& out);
 
 }  // namespace dcpmla::cuda

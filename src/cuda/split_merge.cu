@@ -34,7 +34,7 @@ __device__ float block_reduce(float v, bool is_max, float* scratch) {
 __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeParams p) {
   __shared__ float weights[kWeights];
   __shared__ float scratch[kThreads / 32];
-  const std::int64_t items = p.num_rows * p.num_heads;
+  const std::int64_t items = p.header->num_merge_rows * p.num_heads;
   const int d0 = 4 * int(threadIdx.x);
   for (std::int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const MergeRow m = p.rows[item / p.num_heads];
@@ -44,7 +44,8 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeP
     const float* lse = p.partial_lse + first;
 
     float mx = -INFINITY;
-    for (int r = threadIdx.x; r < m.num_splits; r += kThreads) mx = fmaxf(mx, merge::sanitize_lse(lse[r * stride]));
+    for (int r = threadIdx.x; r < m.num_splits; r += kThreads)
+      mx = fmaxf(mx, merge::sanitize_lse(lse[r * stride]));
     mx = block_reduce(mx, true, scratch);
     float sum = 0.0f;
     if (mx != -INFINITY) {
@@ -81,8 +82,8 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeP
 
 }  // namespace
 
-void launch_split_merge(const SplitMergeParams& p, cudaStream_t s) {
-  const std::int64_t items = p.num_rows * p.num_heads;
+void launch_split_merge(const SplitMergeParams& p, std::int64_t capacity, cudaStream_t s) {
+  const std::int64_t items = capacity * p.num_heads;
   if (items == 0) return;
   split_merge_kernel<<<grid_blocks(items, 1), kThreads, 0, s>>>(p);
   check_launch("split_merge_kernel<<<>>>");

@@ -292,15 +292,171 @@ TEST(CudaBackend, StreamsAndGraphCapture) {
   if (discarded) cudaGraphDestroy(discarded);
   cudaGetLastError();
 
-  // After the capture, a new plan goes to a fresh buffer: the captured graph still replays the
-  // old plan correctly.
+  // After the capture, an eager decode of another plan rewrites the plan buffers in place: the
+  // graph then replays that plan.
   be->decode(other_args, s);
   be->synchronize(s);
+  const auto out_other = to_host<std::uint8_t>(*be, out.data(), out.bytes());
+  ASSERT_NE(out_other, out1);
+  ASSERT_EQ(cudaMemsetAsync(out.data(), 0xff, out.bytes(), s), cudaSuccess);
   ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
   be->synchronize(s);
-  EXPECT_EQ(to_host<std::uint8_t>(*be, out.data(), out.bytes()), out1);
+  EXPECT_EQ(to_host<std::uint8_t>(*be, out.data(), out.bytes()), out_other);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+}
+
+// Capture once, then replay step after step with the plan updated in place between replays
+// (update_decode_plan): every replay equals an eager decode of its plan, bit for bit. Plans that
+// do not fit the capture are refused and leave the buffers as they were; reserving capacity
+// before the capture lets a larger plan through.
+TEST(CudaBackend, GraphReplaysPlansUpdatedInPlace) {
+  DCPMLA_REQUIRE_GPU();
+  if (on_cpu()) GTEST_SKIP() << "CUDA graphs only";
+  sim::ScenarioSpec spec;
+  spec.heads = 16;
+  spec.seed = 9;
+  // The block table is sized for the longest step; shorter steps use a prefix of each row.
+  const sim::Scenario sc = custom_scenario(spec, {8, 2, 1}, {100, 40, 1500});
+  const Sharding sh{spec.world, 0, spec.interleave};
+  PlanLimits limits;
+  limits.kv_chunk_blocks = 2;
+  auto plan_for = [&](std::vector<std::int64_t> lens) {
+    Batch b = sc.batch;
+    b.total_len = lens;
+    return make_plan(b, {sh, spec.heads, spec.block_size, sc.num_blocks, limits});
+  };
+  const Plan step1 = plan_for({60, 40, 700});
+  const Plan step2 = plan_for({61, 41, 701});  // one more token each: bounds move
+  const Plan step3 = plan_for({100, 3, 650});  // fewer thread blocks
+  const Plan big = plan_for({100, 40, 1500});  // more thread blocks than step1
+  ASSERT_GT(decode_capacity(big).thread_blocks, decode_capacity(step1).thread_blocks);
+
+  const std::int64_t rows = sc.batch.rows();
+  const int H = spec.heads;
+  KvCacheRef cache{nullptr, DType::bf16, sc.num_blocks, spec.block_size, 1.0f};
+  std::vector<std::uint16_t> cache_host(cache.bytes() / 2);
+  for (std::size_t i = 0; i < cache_host.size(); ++i) {
+    cache_host[i] = float_to_bf16(std::cos(float(i) * 0.29f));
+  }
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+
+  struct Run {
+    std::vector<std::uint8_t> out;
+    std::vector<float> lse;
+  };
+  // Eager decodes of every step (on a fresh backend each time, so nothing grows the capacity
+  // of the backend that captures).
+  std::vector<Run> eager;
+  for (const Plan* p : {&step1, &step2, &step3, &big}) {
+    auto be = make_backend();
+    const DeviceBuffer dcache = to_device(*be, cache_host);
+    const DeviceBuffer q = to_device(*be, encode(sc.q, DType::bf16));
+    const DeviceBuffer bt = to_device(*be, sc.batch.block_table);
+    DeviceBuffer out(*be, std::size_t(rows) * H * kLatentDim * 2);
+    DeviceBuffer lse(*be, std::size_t(rows) * H * 4);
+    DeviceBuffer ws(*be, decode_workspace_bytes(*p));
+    DecodeArgs args;
+    args.plan = p;
+    args.q = q.tensor(DType::bf16, {rows, H, kHeadDim});
+    args.cache = cache;
+    args.cache.data = dcache.data();
+    args.block_table = bt.tensor(DType::i32, {sc.batch.num_requests(), sc.batch.max_blocks});
+    args.out = out.tensor(DType::bf16, {rows, H, kLatentDim});
+    args.lse = lse.tensor(DType::f32, {rows, H});
+    args.softmax_scale = spec.softmax_scale;
+    args.workspace = ws.tensor(DType::fp8_e4m3, {std::int64_t(ws.bytes())});
+    be->decode(args, s);
+    be->synchronize(s);
+    eager.push_back({to_host<std::uint8_t>(*be, out.data(), out.bytes()),
+                     to_host<float>(*be, lse.data(), std::size_t(rows) * H)});
+  }
+  ASSERT_NE(eager[0].out, eager[1].out);
+
+  // The backend under test: buffers for the largest step, step1 uploaded before the capture.
+  auto be = make_backend();
+  const DeviceBuffer dcache = to_device(*be, cache_host);
+  const DeviceBuffer q = to_device(*be, encode(sc.q, DType::bf16));
+  const DeviceBuffer bt = to_device(*be, sc.batch.block_table);
+  DeviceBuffer out(*be, std::size_t(rows) * H * kLatentDim * 2);
+  DeviceBuffer lse(*be, std::size_t(rows) * H * 4);
+  DeviceBuffer ws(*be, decode_workspace_bytes(big));
+  DecodeArgs args;
+  args.plan = &step1;
+  args.q = q.tensor(DType::bf16, {rows, H, kHeadDim});
+  args.cache = cache;
+  args.cache.data = dcache.data();
+  args.block_table = bt.tensor(DType::i32, {sc.batch.num_requests(), sc.batch.max_blocks});
+  args.out = out.tensor(DType::bf16, {rows, H, kLatentDim});
+  args.lse = lse.tensor(DType::f32, {rows, H});
+  args.softmax_scale = spec.softmax_scale;
+  args.workspace = ws.tensor(DType::fp8_e4m3, {std::int64_t(ws.bytes())});
+  auto replay = [&](cudaGraphExec_t exec) {
+    EXPECT_EQ(cudaMemsetAsync(out.data(), 0xff, out.bytes(), s), cudaSuccess);
+    EXPECT_EQ(cudaMemsetAsync(lse.data(), 0xff, lse.bytes(), s), cudaSuccess);
+    EXPECT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    be->synchronize(s);
+    return Run{to_host<std::uint8_t>(*be, out.data(), out.bytes()),
+               to_host<float>(*be, lse.data(), std::size_t(rows) * H)};
+  };
+  auto capture = [&] {
+    be->decode(args, s);  // uploads step1
+    cudaGraph_t graph = nullptr;
+    EXPECT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    be->decode(args, s);
+    EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    cudaGraphExec_t exec = nullptr;
+    EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    cudaGraphDestroy(graph);
+    return exec;
+  };
+
+  // 1. No reservation: the capture covers step1's capacity.
+  EXPECT_THROW(update_decode_plan(*be, step2, s), Error);  // nothing captured yet
+  cudaGraphExec_t exec = capture();
+  for (int k : {1, 0, 2, 1}) {
+    update_decode_plan(*be, *std::vector<const Plan*>{&step1, &step2, &step3}[std::size_t(k)], s);
+    const Run got = replay(exec);
+    EXPECT_EQ(got.out, eager[std::size_t(k)].out) << "step " << k;
+    EXPECT_EQ(got.lse, eager[std::size_t(k)].lse) << "step " << k;
+  }
+  try {
+    update_decode_plan(*be, big, s);
+    ADD_FAILURE() << "a plan beyond the captured capacity was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported) << e.what();
+  }
+  // Another row count (one more draft on request 1) changes the captured shapes.
+  Batch more_rows = sc.batch;
+  more_rows.query_start_loc = {0, 8, 11, 12};
+  more_rows.total_len = {60, 40, 700};
+  more_rows.num_tokens = -1;
+  const Plan reshaped =
+      make_plan(more_rows, {sh, spec.heads, spec.block_size, sc.num_blocks, limits});
+  try {
+    update_decode_plan(*be, reshaped, s);
+    ADD_FAILURE() << "a plan with other row counts was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::inconsistent) << e.what();
+  }
+  EXPECT_EQ(replay(exec).out, eager[1].out);  // the refusals left step2 in place
+  EXPECT_THROW(update_decode_plan(*make_cpu_backend(1), step2, s), Error);  // not CUDA
+  cudaGraphExecDestroy(exec);
+
+  // 2. Reserved for the largest step before capturing again: it replays too.
+  forget_captured_decodes(*be);
+  reserve_decode_capacity(*be, decode_capacity(big));
+  exec = capture();
+  for (int k : {3, 0, 3, 2}) {
+    update_decode_plan(*be, *std::vector<const Plan*>{&step1, &step2, &step3, &big}[std::size_t(k)],
+                       s);
+    const Run got = replay(exec);
+    EXPECT_EQ(got.out, eager[std::size_t(k)].out) << "reserved, step " << k;
+    EXPECT_EQ(got.lse, eager[std::size_t(k)].lse) << "reserved, step " << k;
+  }
+  cudaGraphExecDestroy(exec);
   cudaStreamDestroy(s);
 }
 

@@ -161,7 +161,14 @@ TEST(CudaLaunchPlan, PackedImageHoldsTheArrays) {
   const LaunchPlan lp = build_launch_plan(plan);
   ASSERT_FALSE(lp.merge_rows.empty());
   cuda::PackedLaunchPlan packed;
-  cuda::pack_launch_plan(lp, plan, packed);
+  const cuda::LaunchCapacity cap = cuda::capacity_of(lp, plan);
+  cuda::pack_launch_plan(lp, plan, cap, packed);
+  cuda::PlanHeader header;
+  std::memcpy(&header, packed.bytes.data() + packed.header_offset, sizeof header);
+  EXPECT_EQ(header.num_tiles, std::int64_t(lp.tiles.size()));
+  EXPECT_EQ(header.num_merge_rows, std::int64_t(lp.merge_rows.size()));
+  EXPECT_EQ(header.padding_begin, lp.padding_begin);
+  EXPECT_EQ(header.padding_end, lp.padding_end);
   EXPECT_EQ(packed.tiles_offset % 16, 0u);
   EXPECT_EQ(packed.merge_rows_offset % 16, 0u);
   EXPECT_EQ(packed.row_bound_offset % 16, 0u);
@@ -177,8 +184,22 @@ TEST(CudaLaunchPlan, PackedImageHoldsTheArrays) {
             0);
   // Packing the same plan twice gives the same bytes (the backend skips unchanged uploads).
   cuda::PackedLaunchPlan again;
-  cuda::pack_launch_plan(build_launch_plan(plan), plan, again);
+  cuda::pack_launch_plan(build_launch_plan(plan), plan, cap, again);
   EXPECT_EQ(again.bytes, packed.bytes);
+  // A larger capacity keeps every array and moves the sections to fixed places; a smaller one
+  // is refused.
+  cuda::PackedLaunchPlan roomy;
+  const cuda::LaunchCapacity big{cap.tiles + 100, cap.merge_rows + 7, cap.rows + 3};
+  cuda::pack_launch_plan(lp, plan, big, roomy);
+  EXPECT_GT(roomy.bytes.size(), packed.bytes.size());
+  EXPECT_EQ(std::memcmp(roomy.bytes.data() + roomy.tiles_offset, lp.tiles.data(),
+                        lp.tiles.size() * sizeof(DecodeTile)),
+            0);
+  EXPECT_EQ(roomy.row_bound_offset - roomy.merge_rows_offset,
+            (std::size_t(big.merge_rows) * sizeof(cuda::MergeRow) + 15) / 16 * 16);
+  cuda::LaunchCapacity small = cap;
+  small.tiles -= 1;
+  EXPECT_THROW(cuda::pack_launch_plan(lp, plan, small, again), Error);
 }
 
 TEST(CudaLaunchPlan, HeadCountsAndQueryLengths) {
@@ -212,7 +233,7 @@ TEST(CudaLaunchPlan, EmptyRankHasEmptyTiles) {
   EXPECT_EQ(lp.tiles[0].kv_visible_end, 0);
 }
 
-TEST(CudaLaunchPlan, GpuPlanLimitsSplitSmallBatchesIntoOneWave) {
+TEST(CudaLaunchPlan, GpuPlanLimitsMinimiseWavesTimesChunk) {
   auto uniform = [](int B, int Q, int T) {
     Batch b;
     b.query_start_loc.push_back(0);
@@ -232,14 +253,21 @@ TEST(CudaLaunchPlan, GpuPlanLimitsSplitSmallBatchesIntoOneWave) {
   // One request, H = 128: 2 blocks, 66 splits of 1024 blocks -> chunks of 16 blocks.
   lim = cuda::gpu_plan_limits(uniform(1, 1, 65536), one, 128, 64, 132);
   EXPECT_EQ(lim.kv_chunk_blocks, 16);
-  // Block size 16: 4096 blocks over 66 splits; never under 256 tokens (16 blocks).
+  // Block size 16: 4096 blocks in 64 chunks (66 would save only 1.4 %); never under 256 tokens.
   lim = cuda::gpu_plan_limits(uniform(1, 1, 65536), one, 128, 16, 132);
-  EXPECT_EQ(lim.kv_chunk_blocks, 63);
+  EXPECT_EQ(lim.kv_chunk_blocks, 64);
   lim = cuda::gpu_plan_limits(uniform(1, 1, 1000), one, 128, 16, 132);
   EXPECT_EQ(lim.kv_chunk_blocks, 16);
   // DCP: the local length on the rank (W = 8: 4096 of 32768 tokens), 32 x 2 blocks at H = 96.
   lim = cuda::gpu_plan_limits(uniform(32, 1, 32768), Sharding{8, 3, 1}, 96, 64, 132);
   EXPECT_EQ(lim.kv_chunk_blocks, 32);
+  // 96 thread blocks for 132 SMs (half the requests need two): 4 splits make 3 full waves of a
+  // quarter of the work each, better than one wave at 73 % occupancy.
+  Batch mix = uniform(64, 1, 32768);
+  for (int b = 0; b < 64; ++b)
+    mix.query_start_loc[b + 1] = mix.query_start_loc[b] + (b % 2 ? 8 : 1);
+  lim = cuda::gpu_plan_limits(mix, one, 16, 64, 132);
+  EXPECT_EQ(lim.kv_chunk_blocks, 128);
   Batch ragged = uniform(2, 1, 100);
   ragged.query_start_loc = {0, 1, 4};
   EXPECT_THROW(cuda::gpu_plan_limits(ragged, one, 0, 64, 132), Error);

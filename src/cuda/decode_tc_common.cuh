@@ -1,0 +1,97 @@
+// What the tensor-core decode kernels share: the tile geometry (64 (row, head) pairs against
+// 64-token KV tiles, 128-byte-swizzled 64-column chunks), shared-memory access helpers, and the
+// cache-row lookup of a token through the block table.
+#pragma once
+
+#include <cstdint>
+
+#include "device_common.cuh"
+#include "hopper/wgmma.cuh"
+#include "kernels.h"
+
+namespace dcpmla::cuda {
+namespace tc {
+
+constexpr int kPairs = 64;  // == kTilePairs
+constexpr int kKeys = 64;   // tokens per KV tile
+constexpr int kChunks = kHeadDim / 64;
+constexpr std::uint32_t kChunkBytes = 64u * 128u;  // 64 rows of 64 bf16
+constexpr std::uint32_t kTileBytes = kChunks * kChunkBytes;
+static_assert(kPairs == kTilePairs && kHeadDim % 64 == 0 && kLatentDim == 512);
+
+enum class Cache { bf16, fp8 };
+
+constexpr std::int64_t kEntryNone = -1;     // past the tile's visible end: zeros, never read
+constexpr std::int64_t kEntryInvalid = -2;  // block id outside the cache: NaN, never read
+
+__device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(std::uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+__device__ __forceinline__ void st_shared16(std::uint32_t dst, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ void st_shared4(std::uint32_t dst, std::uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dst), "r"(v) : "memory");
+}
+__device__ __forceinline__ std::uint32_t pack_bf16x2(float lo, float hi) {
+  return std::uint32_t(float_to_bf16(lo)) | std::uint32_t(float_to_bf16(hi)) << 16;
+}
+
+// Cache row of local token t of `request`, or one of the markers above.
+__device__ __forceinline__ std::int64_t cache_entry(const DecodeParams& p, int request, int t,
+                                                    int visible_end) {
+  if (t >= visible_end) return kEntryNone;
+  const std::int64_t id = p.block_table[std::int64_t(request) * p.max_blocks + t / p.block_size];
+  return (id >= 0 && id < p.num_blocks) ? id * p.block_size + t % p.block_size : kEntryInvalid;
+}
+
+// Q of the tile's pairs (contiguous in q, bf16) -> the swizzled Q tile at s_q, zeros past
+// num_pairs; asynchronous copies, complete after cp_async_wait_all().
+template <int Threads>
+__device__ __forceinline__ void load_q(const DecodeParams& p, const DecodeTile& tile,
+                                       std::uint32_t s_q, int tid) {
+  constexpr int kUnits = kHeadDim * 2 / 16;  // 72 per row
+  const auto* q = static_cast<const unsigned char*>(p.q) +
+                  (std::int64_t(tile.row_begin) * p.num_heads + tile.pair_begin) * (kHeadDim * 2);
+  for (int u = tid; u < kPairs * kUnits; u += Threads) {
+    const int r = u / kUnits, rem = u - r * kUnits;
+    const std::uint32_t dst = s_q + (rem >> 3) * kChunkBytes + hopper::swizzled_offset(r, rem & 7);
+    if (r < tile.num_pairs) {
+      cp_async16(dst, q + std::int64_t(r) * (kHeadDim * 2) + rem * 16);
+    } else {
+      st_shared16(dst, make_uint4(0u, 0u, 0u, 0u));
+    }
+  }
+}
+
+// Exclusive local key limit of accumulator row `pair` of the tile (kv_begin: no key).
+__device__ __forceinline__ int pair_key_limit(const DecodeParams& p, const DecodeTile& tile,
+                                              int pair) {
+  if (pair >= tile.num_pairs) return tile.kv_begin;
+  const int row = tile.row_begin + (tile.pair_begin + pair) / p.num_heads;
+  return max(tile.kv_begin, min(p.row_bound[row], tile.kv_end));
+}
+
+// The 1024-byte-aligned start of the dynamic shared memory (the swizzle atoms need it).
+__device__ __forceinline__ unsigned char* aligned_smem(unsigned char* raw) {
+  const std::uint32_t a = smem_addr(raw);
+  return raw + ((1024u - (a & 1023u)) & 1023u);
+}
+
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+}  // namespace tc
+}  // namespace dcpmla::cuda
