@@ -41,8 +41,17 @@ __device__ __forceinline__ void st_shared16(std::uint32_t dst, uint4 v) {
 __device__ __forceinline__ void st_shared4(std::uint32_t dst, std::uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dst), "r"(v) : "memory");
 }
+// Two floats -> two bf16 (round to nearest even, one instruction), lo in the low half.
 __device__ __forceinline__ std::uint32_t pack_bf16x2(float lo, float hi) {
-  return std::uint32_t(float_to_bf16(lo)) | std::uint32_t(float_to_bf16(hi)) << 16;
+  std::uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+// 2^x (MUFU, about 2 ulp; 2^-inf = 0; denormal results flush to 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
 }
 
 // Cache row of local token t of `request`, or one of the markers above.
