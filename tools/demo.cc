@@ -1,6 +1,7 @@
-// `dcpmla demo`: a realistic ragged speculative batch across W simulated DCP ranks, verified
-// against the double-precision reference, plus the flattened-vs-native agreement and the negative
-// control.
+// `dcpmla demo`: a realistic ragged speculative batch across W DCP ranks (simulated as threads,
+// or one per GPU over NCCL), verified against the double-precision reference, plus the
+// flattened-vs-native agreement and the negative control. Across GPUs the result is also checked
+// against the same step simulated on one GPU.
 #include <fmt/format.h>
 
 #include <string>
@@ -8,12 +9,9 @@
 
 #include "commands.h"
 #include "dcpmla/cpu_backend.h"
-#include "dcpmla/error.h"
-#if DCPMLA_HAVE_CUDA
-#include "dcpmla/cuda_backend.h"
-#endif
 #include "dcpmla/sim/runner.h"
 #include "dcpmla/sim/scenario.h"
+#include "placement.h"
 
 namespace dcpmla::tool {
 namespace {
@@ -23,6 +21,7 @@ struct DemoOptions {
   std::string dtype = "bf16";
   std::string combine = "ag_rs";
   std::string backend = "cpu";
+  int gpus = 0;
   int threads = 0;
 };
 
@@ -36,27 +35,16 @@ int run_demo(DemoOptions o) {
 
   const int per_rank = std::max(
       1, (o.threads > 0 ? o.threads : int(std::thread::hardware_concurrency())) / spec.world);
-  sim::BackendFactory cpu = [&](int) { return make_cpu_backend(per_rank); };
-  if (o.backend == "cuda") {
-#if DCPMLA_HAVE_CUDA
-    // Every simulated rank runs on GPU 0; ranks exchange data through device memory.
-    cpu = [](int) { return make_cuda_backend(0); };
-#else
-    throw Error(ErrorCode::unsupported, "--backend", "cpu (this build has no CUDA backend)",
-                "cuda");
-#endif
-  } else if (o.backend != "cpu") {
-    throw Error(ErrorCode::invalid_argument, "--backend", "cpu or cuda", "'" + o.backend + "'");
-  }
+  const Placement ranks = place_ranks(o.backend, spec.world, o.gpus, per_rank);
   sim::RunOptions run;
   run.combine = combine;
   // Enough work items to fill the threads of a rank, or the SMs of a GPU (132 on the H200).
   run.limits.target_work_items = o.backend == "cuda" ? 264 : cpu_target_work_items(per_rank);
 
   fmt::print(
-      "dcpmla demo ({} backend): W={} I={} H={} requests={} max drafts={} block size={} kv {} "
+      "dcpmla demo ({}): W={} I={} H={} requests={} max drafts={} block size={} kv {} "
       "q/out {} combine {} seed {}\n",
-      o.backend, spec.world, spec.interleave, spec.heads, spec.requests, spec.max_drafts,
+      ranks.description, spec.world, spec.interleave, spec.heads, spec.requests, spec.max_drafts,
       spec.block_size, to_string(spec.kv_dtype), to_string(spec.q_dtype), to_string(combine),
       spec.seed);
   fmt::print(
@@ -74,7 +62,7 @@ int run_demo(DemoOptions o) {
           : "ragged",
       sc.num_blocks);
 
-  const auto got = sim::run_dcp(sc, cpu, run);
+  const auto got = ranks.run(sc, run);
   const auto want = sim::run_reference(sc);
   const auto tol = sim::tolerance_for(spec);
   const auto cmp = sim::compare(sc, got, want, tol);
@@ -89,12 +77,24 @@ int run_demo(DemoOptions o) {
   }
   fmt::print("tolerance: |dO| <= {:.1e}, |dLSE| <= {:.1e}\n\n", tol.out, tol.lse);
 
+  // Across GPUs: the same step with every rank simulated on GPU 0 (same plans, same kernels; the
+  // collectives move the same bytes) must agree within the tolerance.
+  bool across_ok = true;
+  if (ranks.multi_gpu) {
+    const auto one_gpu = sim::agreement(got, simulated_on_gpu0().run(sc, run));
+    across_ok = one_gpu.max_out_diff <= tol.out && one_gpu.max_lse_diff <= tol.lse;
+    fmt::print("{} GPUs vs one-GPU simulation: max|dO| = {:.3e}, max|dLSE| = {:.3e}, {} -> {}\n",
+               spec.world, one_gpu.max_out_diff, one_gpu.max_lse_diff,
+               one_gpu.bit_identical ? "bit-identical" : "not bit-identical",
+               across_ok ? "pass" : "FAIL");
+  }
+
   // Flattened single-token rows with the same KV chunking must agree with the native form.
   sim::RunOptions same_split = run;
   same_split.limits = {.kv_chunk_blocks = std::max(1, 256 / spec.block_size)};
   sim::RunOptions flat = same_split;
   flat.flatten = true;
-  const auto agree = sim::agreement(sim::run_dcp(sc, cpu, same_split), sim::run_dcp(sc, cpu, flat));
+  const auto agree = sim::agreement(ranks.run(sc, same_split), ranks.run(sc, flat));
   const bool flat_ok = agree.bit_identical;
   fmt::print(
       "flattened vs native (same KV split): max|dO| = {:.3e}, max|dLSE| = {:.3e}, {} -> {}\n",
@@ -103,14 +103,14 @@ int run_demo(DemoOptions o) {
 
   sim::RunOptions future = run;
   future.see_future = true;
-  const auto bad = sim::compare(sc, sim::run_dcp(sc, cpu, future), want, tol);
+  const auto bad = sim::compare(sc, ranks.run(sc, future), want, tol);
   // The control only means something when some request has drafts to see.
   const bool control_ok = !bad.pass || spec.max_drafts == 0;
   fmt::print("negative control (every row bounded at T): max|dO| = {:.3e} -> {} ({})\n",
              bad.max_out_error, bad.pass ? "matched the reference" : "differs as it must",
              control_ok ? "pass" : "FAIL");
 
-  const bool ok = cmp.pass && flat_ok && control_ok;
+  const bool ok = cmp.pass && across_ok && flat_ok && control_ok;
   fmt::print("\n{}\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
 }
@@ -119,8 +119,7 @@ int run_demo(DemoOptions o) {
 
 Runner add_demo(CLI::App& app) {
   auto o = std::make_shared<DemoOptions>();
-  app.add_option("--dcp", o->spec.world, "DCP world size W (simulated ranks)")
-      ->check(CLI::PositiveNumber);
+  app.add_option("--dcp", o->spec.world, "DCP world size W (ranks)")->check(CLI::PositiveNumber);
   app.add_option("--interleave", o->spec.interleave, "KV interleave I (divides the block size)")
       ->check(CLI::PositiveNumber);
   app.add_option("--heads", o->spec.heads, "query heads after the all-gather (multiple of W)")
@@ -136,7 +135,11 @@ Runner add_demo(CLI::App& app) {
   app.add_option("--combine", o->combine, "DCP combine: ag_rs or a2a");
   app.add_option("--seed", o->spec.seed, "random seed");
   app.add_option("--threads", o->threads, "CPU threads in total (0 = all)");
-  app.add_option("--backend", o->backend, "cpu, or cuda (W ranks simulated on GPU 0)");
+  app.add_option("--backend", o->backend, "cpu or cuda");
+  app.add_option("--gpus", o->gpus,
+                 "with --backend cuda: 0 (every rank simulated on GPU 0), or W to run rank r on "
+                 "GPU r with NCCL collectives")
+      ->check(CLI::NonNegativeNumber);
   return [o] { return run_demo(*o); };
 }
 

@@ -36,6 +36,20 @@ class DcpWorkspace {
   DeviceBuffer decode;       // the plan's split-KV workspace
 };
 
+// Points of a step at which an optional DcpStepTimer is called, in this order:
+// begin | query all-gather + unpack | query_gathered | local decode | decoded | combine | combined.
+enum class DcpStepPoint { begin, query_gathered, decoded, combined };
+const char* to_string(DcpStepPoint p);
+
+// Optional observer of a step's phases (benchmarks): mark() runs on the calling thread, in
+// stream order between the step's operations, so a CUDA implementation can record an event on
+// the stream there. Must not synchronise if the step is to stay capturable.
+class DcpStepTimer {
+ public:
+  virtual ~DcpStepTimer() = default;
+  virtual void mark(DcpStepPoint point, Stream s) = 0;
+};
+
 struct DcpStepArgs {
   const Plan* plan = nullptr;  // this rank's plan (plan->config.sharding.rank == comm.rank())
   TensorRef q_local;           // [N, Hl, 576]: this rank's heads of the query
@@ -46,6 +60,7 @@ struct DcpStepArgs {
   float softmax_scale = 0.0f;
   float q_scale = 1.0f;
   Combine combine = Combine::ag_rs;
+  DcpStepTimer* timer = nullptr;  // optional; nullptr costs one branch per phase
 };
 
 // Runs on every rank of comm's group, in the same order. Everything is validated before any

@@ -15,6 +15,20 @@ Combine parse_combine(std::string_view text, const std::string& argument) {
   throw Error(ErrorCode::invalid_argument, argument, "ag_rs or a2a", "'" + std::string(text) + "'");
 }
 
+const char* to_string(DcpStepPoint p) {
+  switch (p) {
+    case DcpStepPoint::begin:
+      return "begin";
+    case DcpStepPoint::query_gathered:
+      return "query_gathered";
+    case DcpStepPoint::decoded:
+      return "decoded";
+    case DcpStepPoint::combined:
+      return "combined";
+  }
+  return "unknown";
+}
+
 DcpWorkspace::DcpWorkspace(Backend& backend, int world_, std::int64_t max_rows_,
                            int heads_per_rank_, DType q_dtype_, std::size_t decode_bytes)
     : world(world_), max_rows(max_rows_), heads_per_rank(heads_per_rank_), q_dtype(q_dtype_) {
@@ -80,9 +94,15 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
           "workspace.decode", fmt::format(">= {} bytes", decode_workspace_bytes(plan)),
           std::to_string(ws.decode.bytes()));
 
+  auto mark = [&](DcpStepPoint point) {
+    if (a.timer) a.timer->mark(point, s);
+  };
+  mark(DcpStepPoint::begin);
   comm.all_gather(a.q_local.data, gathered.data, std::size_t(N * Hl * kHeadDim), qt, s);
   backend.unpack_query({gathered, q}, s);
+  mark(DcpStepPoint::query_gathered);
   backend.decode(decode, s);
+  mark(DcpStepPoint::decoded);
 
   if (a.combine == Combine::ag_rs) {
     const TensorRef all_lse = ws.recv_lse.tensor(DType::f32, {W, N, H});
@@ -100,6 +120,7 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
     comm.all_to_all(send.data, recv.data, std::size_t(N * Hl * kPackedRow), DType::f32, s);
     backend.combine_merge({recv, a.out, a.lse}, s);
   }
+  mark(DcpStepPoint::combined);
 }
 
 }  // namespace dcpmla

@@ -169,8 +169,11 @@ void run_rank(int rank, const Scenario& sc, const Batch& run_batch, Backend& be,
 
 }  // namespace
 
-RunResult run_dcp(const Scenario& sc, const BackendFactory& make_backend, const RunOptions& opt) {
+RunResult run_dcp(const Scenario& sc, const BackendFactory& make_backend,
+                  const CommunicatorFactory& make_communicator, const RunOptions& opt) {
   const auto& spec = sc.spec;
+  require(spec.world >= 1, ErrorCode::invalid_argument, "world", ">= 1",
+          std::to_string(spec.world));
   require(
       spec.heads % spec.world == 0, ErrorCode::invalid_argument, "heads",
       "a multiple of world " + std::to_string(spec.world) + " (the query is gathered over heads)",
@@ -185,14 +188,13 @@ RunResult run_dcp(const Scenario& sc, const BackendFactory& make_backend, const 
 
   std::vector<std::unique_ptr<Backend>> backends;
   for (int r = 0; r < spec.world; ++r) backends.push_back(make_backend(r));
-  InProcessGroup group(spec.world);
   std::vector<std::exception_ptr> errors(std::size_t(spec.world));
   std::vector<std::thread> threads;
   for (int r = 0; r < spec.world; ++r) {
     threads.emplace_back([&, r] {
       try {
-        InProcessCommunicator comm(group, r, backends[r].get());
-        run_rank(r, sc, run_batch, *backends[r], comm, opt, result);
+        const std::unique_ptr<Communicator> comm = make_communicator(r, *backends[r]);
+        run_rank(r, sc, run_batch, *backends[r], *comm, opt, result);
       } catch (...) {
         errors[r] = std::current_exception();
       }
@@ -203,6 +205,16 @@ RunResult run_dcp(const Scenario& sc, const BackendFactory& make_backend, const 
     if (e) std::rethrow_exception(e);
   }
   return result;
+}
+
+RunResult run_dcp(const Scenario& sc, const BackendFactory& make_backend, const RunOptions& opt) {
+  InProcessGroup group(sc.spec.world);
+  return run_dcp(
+      sc, make_backend,
+      [&](int rank, Backend& backend) {
+        return std::make_unique<InProcessCommunicator>(group, rank, &backend);
+      },
+      opt);
 }
 
 ReferenceResult run_reference(const Scenario& sc) {

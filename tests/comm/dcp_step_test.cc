@@ -26,7 +26,7 @@ struct StepOut {
 // reusing one DcpWorkspace sized for `max_rows` rows and `decode_bytes` of split workspace.
 std::vector<StepOut> run_steps(const std::vector<sim::Scenario>& steps, Combine combine,
                                PlanLimits limits, DType out_dtype, std::int64_t max_rows,
-                               std::size_t decode_bytes) {
+                               std::size_t decode_bytes, std::vector<DcpStepTimer*> timers = {}) {
   const auto& spec0 = steps[0].spec;
   const int W = spec0.world, H = spec0.heads, Hl = H / W;
   std::vector<StepOut> results(steps.size());
@@ -84,6 +84,7 @@ std::vector<StepOut> run_steps(const std::vector<sim::Scenario>& steps, Combine 
           a.lse = TensorRef(lse.data(), DType::f32, {rows, Hl});
           a.softmax_scale = spec.softmax_scale;
           a.combine = combine;
+          a.timer = timers.empty() ? nullptr : timers[std::size_t(r)];
           dcp_step(*be, comm, ws, a, nullptr);
           for (std::int64_t i = 0; i < rows; ++i) {
             for (int h = 0; h < Hl; ++h) {
@@ -201,6 +202,39 @@ TEST(DcpStep, Bf16OutputIsTheRoundedFp32Output) {
     EXPECT_EQ(f32.lse, b16.lse);
     for (std::size_t i = 0; i < f32.out.size(); ++i) {
       ASSERT_EQ(b16.out[i], bf16_to_float(float_to_bf16(f32.out[i]))) << i;
+    }
+  }
+}
+
+// The optional timer sees the four points of every step in order, on the step's stream, and
+// changes nothing in the results.
+TEST(DcpStep, TimerSeesEveryPhaseInOrderAndChangesNothing) {
+  struct Recorder final : DcpStepTimer {
+    std::vector<DcpStepPoint> points;
+    void mark(DcpStepPoint p, Stream s) override {
+      EXPECT_EQ(s, nullptr);
+      points.push_back(p);
+    }
+  };
+  auto spec = spec_for(2, 4, 50);
+  std::vector<sim::Scenario> steps = {custom_scenario(spec, {8, 1}, {100, 40}),
+                                      custom_scenario(spec, {3}, {3}, {}, 2)};
+  const std::vector<DcpStepPoint> one_step = {DcpStepPoint::begin, DcpStepPoint::query_gathered,
+                                              DcpStepPoint::decoded, DcpStepPoint::combined};
+  for (Combine c : {Combine::ag_rs, Combine::a2a}) {
+    Recorder r0, r1;
+    const auto timed = run_steps(steps, c, {}, DType::f32, 16, 1 << 20, {&r0, &r1});
+    const auto plain = run_steps(steps, c, {}, DType::f32, 16, 1 << 20);
+    for (const Recorder* r : {&r0, &r1}) {
+      ASSERT_EQ(r->points.size(), 2 * one_step.size()) << to_string(c);
+      for (std::size_t i = 0; i < r->points.size(); ++i) {
+        EXPECT_EQ(r->points[i], one_step[i % one_step.size()])
+            << to_string(c) << " mark " << i << ": " << to_string(r->points[i]);
+      }
+    }
+    for (std::size_t s = 0; s < steps.size(); ++s) {
+      EXPECT_EQ(std::memcmp(timed[s].out.data(), plain[s].out.data(), plain[s].out.size() * 4), 0);
+      EXPECT_EQ(std::memcmp(timed[s].lse.data(), plain[s].lse.data(), plain[s].lse.size() * 4), 0);
     }
   }
 }

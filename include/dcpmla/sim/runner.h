@@ -1,5 +1,6 @@
-// Runs a scenario as a W-rank DCP step on any backend (ranks as threads, in-process collectives)
-// and compares with the double-precision reference.
+// Runs a scenario as a W-rank DCP step on any backend (ranks as threads; in-process collectives,
+// or any Communicator such as NCCL's with one rank per GPU) and compares with the
+// double-precision reference.
 #pragma once
 
 #include <functional>
@@ -15,6 +16,10 @@
 namespace dcpmla::sim {
 
 using BackendFactory = std::function<std::unique_ptr<Backend>(int rank)>;
+// Rank r's communicator, made on rank r's thread once its backend exists (the communicator's
+// collectives then run on that thread; `backend` is rank r's).
+using CommunicatorFactory =
+    std::function<std::unique_ptr<Communicator>(int rank, Backend& backend)>;
 
 struct RunOptions {
   Combine combine = Combine::ag_rs;
@@ -30,7 +35,13 @@ struct RunResult {
 };
 
 // Writes every request's KV through the slot mapping into W rank caches (history first, then the
-// step's query tokens via step_slot_mapping), plans each rank and runs dcp_step on all ranks.
+// step's query tokens via step_slot_mapping), plans each rank and runs dcp_step on all ranks,
+// each rank on its own thread with its own backend and communicator. Every rank holds only its
+// shard of each request's KV.
+RunResult run_dcp(const Scenario& scenario, const BackendFactory& make_backend,
+                  const CommunicatorFactory& make_communicator, const RunOptions& options);
+// The same with in-process collectives (InProcessCommunicator moving data through each rank's
+// backend): the W ranks simulated in one address space.
 RunResult run_dcp(const Scenario& scenario, const BackendFactory& make_backend,
                   const RunOptions& options);
 

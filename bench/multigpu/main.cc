@@ -1,0 +1,207 @@
+// dcpmla_multigpu_bench: one DCP decode step (one layer's attention) across GPUs over NCCL. Per
+// step: the query all-gather, the attention (local decode over the rank's KV shard) and the
+// combine (ag_rs and a2a separately), timed with CUDA events, for W = 1 and W = 2, 4, ... up to
+// the GPUs present; the whole step time, and its ratio to W = 1. Writes JSON (command, commit,
+// date, devices, versions, every timing, the issue's targets) and prints a table.
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nccl.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "dcpmla/error.h"
+#include "dcpmla/nccl_comm.h"
+#include "event_timer.h"
+#include "grid.h"
+#include "measure.h"
+#include "report.h"
+
+namespace dcpmla::bench {
+namespace {
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string command_line(int argc, char** argv) {
+  std::string cmd;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i) cmd += ' ';
+    cmd += a.find_first_of(" \t\"'") == std::string::npos ? a : "'" + a + "'";
+  }
+  return cmd;
+}
+
+nlohmann::json describe_devices(int count) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (int d = 0; d < count; ++d) {
+    cudaDeviceProp p;
+    check_cuda(cudaGetDeviceProperties(&p, d), "cudaGetDeviceProperties");
+    char bus[32] = {};
+    cudaDeviceGetPCIBusId(bus, sizeof bus, d);
+    devices.push_back({{"index", d},
+                       {"name", p.name},
+                       {"sms", p.multiProcessorCount},
+                       {"memory_gib", double(p.totalGlobalMem) / (1u << 30)},
+                       {"pci_bus_id", bus}});
+  }
+  return devices;
+}
+
+// W = 1, the powers of two up to the GPUs present, and the GPU count itself.
+std::vector<int> default_worlds(int gpus) {
+  std::vector<int> worlds = {1};
+  for (int w = 2; w <= gpus; w *= 2) worlds.push_back(w);
+  if (gpus > 1 && worlds.back() != gpus) worlds.push_back(gpus);
+  return worlds;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"dcpmla multi-GPU DCP step benchmark (NCCL)"};
+  std::string out_path = "multigpu_bench.json";
+  const char* env_commit = std::getenv("DCPMLA_COMMIT");
+  std::string commit = env_commit ? env_commit : "unknown", date = utc_now();
+  MeasureOptions mo;
+  GridOptions grid;
+  std::vector<int> worlds;
+  double budget_s = 210;
+  app.add_option("--out", out_path, "JSON output file (rewritten after every shape)");
+  app.add_option("--commit", commit, "commit recorded with the results (default: $DCPMLA_COMMIT)");
+  app.add_option("--date", date, "date recorded with the results (default: now, UTC)");
+  app.add_option("--steps", mo.steps, "timed steps per shape and combine (>= 50 to report)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--warmup", mo.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  app.add_option("--contexts", grid.contexts, "global context lengths T");
+  app.add_option("--heads", grid.heads, "head counts H");
+  app.add_option("--batches", grid.batches, "batch sizes (default: per context)");
+  app.add_option("--worlds", worlds, "DCP world sizes (default: 1, 2, 4, ... up to the GPUs)");
+  app.add_option("--budget-s", budget_s, "skip the remaining shapes after this many seconds");
+  app.add_option("--target-work-items", mo.target_work_items,
+                 "split-KV work items aimed at per rank (default 0: the CUDA backend's policy, "
+                 "cuda_plan_limits)");
+  CLI11_PARSE(app, argc, argv);
+
+  // NVLink multicast stays off unless the environment sets it (shared machines: a program using
+  // it can take the GPUs out of service); recorded in the JSON.
+  ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+  const auto start = std::chrono::steady_clock::now();
+  int gpus = 0;
+  check_cuda(cudaGetDeviceCount(&gpus), "cudaGetDeviceCount");
+  require(gpus >= 1, ErrorCode::unsupported, "CUDA devices", ">= 1", "0");
+  if (worlds.empty()) worlds = default_worlds(gpus);
+  for (int w : worlds) {
+    require(w >= 1 && w <= gpus, ErrorCode::invalid_argument, "--worlds",
+            fmt::format("world sizes in [1, {}] (GPUs present)", gpus), std::to_string(w));
+  }
+  cudaDeviceProp p0;
+  check_cuda(cudaGetDeviceProperties(&p0, 0), "cudaGetDeviceProperties");
+
+  int nccl_version = 0, runtime = 0, driver = 0;
+  ncclGetVersion(&nccl_version);
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);
+  const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
+  nlohmann::json doc{
+      {"program", "dcpmla_multigpu_bench"},
+      {"command", command_line(argc, argv)},
+      {"commit", commit},
+      {"date", date},
+      {"devices", describe_devices(gpus)},
+      {"nccl_version", nccl_version},
+      {"cuda_runtime", runtime},
+      {"cuda_driver", driver},
+      {"NCCL_NVLS_ENABLE", nvls ? nvls : "unset"},
+      {"settings",
+       {{"warmup", mo.warmup},
+        {"steps", mo.steps},
+        {"block_size", mo.block_size},
+        {"kv_dtype", "bf16"},
+        {"q_out_dtype", "bf16"},
+        {"split_policy", mo.target_work_items > 0
+                             ? fmt::format("target_work_items = {} per rank", mo.target_work_items)
+                             : std::string("cuda_plan_limits per rank")},
+        {"worlds", worlds},
+        {"timing",
+         "CUDA events on every rank's stream at each phase boundary of every step; "
+         "per step the slowest rank's phase, then median and min over the steps"}}},
+      {"results", nlohmann::json::array()},
+      {"skipped", nlohmann::json::array()},
+      {"errors", nlohmann::json::array()}};
+  std::vector<Measured> all;
+  auto write = [&] {
+    doc["targets"] = targets(all);
+    std::ofstream(out_path) << doc.dump(2) << "\n";
+  };
+
+  fmt::print(
+      "dcpmla_multigpu_bench: {} GPU(s) ({}), NCCL {}, worlds {}, {} steps after {} warm-up\n",
+      gpus, p0.name, nccl_version, fmt::join(worlds, ","), mo.steps, mo.warmup);
+  std::map<int, std::unique_ptr<NcclLocalGroup>> groups;
+  for (int w : worlds) groups[w] = std::make_unique<NcclLocalGroup>(first_devices(w));
+
+  print_header();
+  bool ok = true;
+  for (const Shape& shape : make_grid(grid)) {
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (elapsed > budget_s) {
+      doc["skipped"].push_back(shape.name());
+      continue;
+    }
+    std::optional<std::size_t> baseline;
+    for (int w : worlds) {
+      if (shape.heads % w != 0) continue;
+      try {
+        all.push_back({shape, measure(*groups[w], shape, mo)});
+      } catch (const std::exception& e) {
+        fmt::print(stderr, "{} W={}: {}\n", shape.name(), w, e.what());
+        doc["errors"].push_back({{"shape", shape.name()}, {"world", w}, {"error", e.what()}});
+        ok = false;
+        continue;
+      }
+      const Measured& m = all.back();
+      if (w == 1) baseline = all.size() - 1;
+      const Measured* base = w > 1 && baseline ? &all[*baseline] : nullptr;
+      print_rows(m, base);
+      doc["results"].push_back(to_json(m, base));
+      ok = ok && m.timing.output_finite;
+    }
+    write();
+  }
+  write();
+  fmt::print("wrote {} ({} results, {} skipped for the time budget)\n", out_path,
+             doc["results"].size(), doc["skipped"].size());
+  for (const auto& t : doc["targets"]) {
+    fmt::print("target: {} [{}, {}] {:.3f} (limit {:.2f}) {}\n", t["target"].get<std::string>(),
+               t["shape"].get<std::string>(), t["combine"].get<std::string>(),
+               t["value"].get<double>(), t["limit"].get<double>(),
+               t["met"].get<bool>() ? "met" : "NOT met");
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace dcpmla::bench
+
+int main(int argc, char** argv) {
+  try {
+    return dcpmla::bench::run(argc, argv);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "dcpmla_multigpu_bench: {}\n", e.what());
+    return 2;
+  }
+}

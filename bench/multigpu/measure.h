@@ -1,0 +1,51 @@
+// Times one shape as a W-rank DCP step on GPUs 0..W-1 over NCCL, both combines, with CUDA events
+// around every phase of every step.
+#pragma once
+
+#include <vector>
+
+#include "dcpmla/dcp.h"
+#include "dcpmla/nccl_comm.h"
+#include "grid.h"
+
+namespace dcpmla::bench {
+
+struct Stat {
+  double median_us = 0;
+  double min_us = 0;
+};
+
+// One combine's timings. Per step, each phase is the maximum over ranks (the slowest rank sets
+// the pace), then the median and minimum over the timed steps.
+struct CombineTiming {
+  Combine combine = Combine::ag_rs;
+  Stat query_gather, decode, combine_phase, step;
+  double loop_us_per_step = 0;  // first begin to last end over the timed steps, / steps (max over
+                                // ranks): includes any gap between steps (host launch time)
+  std::vector<double> rank_step_median_us;
+};
+
+struct ShapeTiming {
+  int world = 1;
+  std::int64_t rows = 0;
+  double kv_bytes_per_rank = 0;  // rank 0's (the rank holding the most tokens)
+  double flops = 0;              // the step's attention FLOPs, all ranks together
+  std::size_t work_items = 0;    // rank 0's plan
+  bool output_finite = true;
+  std::vector<CombineTiming> combines;  // ag_rs, then a2a
+};
+
+struct MeasureOptions {
+  int warmup = 5;
+  int steps = 50;
+  int block_size = 64;
+  // Split-KV work items aimed at per rank; 0: the CUDA backend's own policy (cuda_plan_limits
+  // for each rank's shard and GPU).
+  int target_work_items = 0;
+};
+
+// Rank r runs on its own thread with group.communicator(r). Throws the first rank's Error when
+// any rank fails to set up (before any collective starts).
+ShapeTiming measure(const NcclLocalGroup& group, const Shape& shape, const MeasureOptions& options);
+
+}  // namespace dcpmla::bench

@@ -1,0 +1,123 @@
+#include "report.h"
+
+#include <fmt/format.h>
+
+namespace dcpmla::bench {
+namespace {
+
+const CombineTiming* same_combine(const Measured* m, Combine c) {
+  if (m == nullptr) return nullptr;
+  for (const auto& t : m->timing.combines) {
+    if (t.combine == c) return &t;
+  }
+  return nullptr;
+}
+
+nlohmann::json stat_json(const Stat& s) {
+  return {{"median_us", s.median_us}, {"min_us", s.min_us}};
+}
+
+}  // namespace
+
+void print_header() {
+  fmt::print(
+      "{:>2} {:>6} {:>3} {:>11} {:>3} {:>5} {:<5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}\n", "W",
+      "T", "H", "Q", "B", "rows", "comb", "gather_us", "decode_us", "combine", "step_us", "loop_us",
+      "vs_W1", "comb/dec");
+}
+
+void print_rows(const Measured& m, const Measured* baseline) {
+  const Shape& s = m.shape;
+  for (const CombineTiming& t : m.timing.combines) {
+    const CombineTiming* base = same_combine(baseline, t.combine);
+    fmt::print(
+        "{:>2} {:>6} {:>3} {:>11} {:>3} {:>5} {:<5} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} "
+        "{:>7} {:>6.1f}%{}\n",
+        m.timing.world, s.context, s.heads, s.q_label(), s.batch, m.timing.rows,
+        to_string(t.combine), t.query_gather.median_us, t.decode.median_us,
+        t.combine_phase.median_us, t.step.median_us, t.loop_us_per_step,
+        base ? fmt::format("{:.3f}", t.step.median_us / base->step.median_us) : "-",
+        100 * t.combine_phase.median_us / t.decode.median_us,
+        m.timing.output_finite ? "" : "  NON-FINITE OUTPUT");
+  }
+}
+
+nlohmann::json to_json(const Measured& m, const Measured* baseline) {
+  const Shape& s = m.shape;
+  nlohmann::json combines = nlohmann::json::array();
+  for (const CombineTiming& t : m.timing.combines) {
+    const CombineTiming* base = same_combine(baseline, t.combine);
+    nlohmann::json c{{"combine", to_string(t.combine)},
+                     {"query_gather", stat_json(t.query_gather)},
+                     {"decode", stat_json(t.decode)},
+                     {"combine_phase", stat_json(t.combine_phase)},
+                     {"step", stat_json(t.step)},
+                     {"loop_us_per_step", t.loop_us_per_step},
+                     {"rank_step_median_us", t.rank_step_median_us},
+                     {"combine_over_decode", t.combine_phase.median_us / t.decode.median_us}};
+    if (base) {
+      c["step_over_w1_step"] = t.step.median_us / base->step.median_us;
+      c["step_over_w1_decode"] = t.step.median_us / base->decode.median_us;
+    }
+    combines.push_back(c);
+  }
+  // Attention alone, per rank (from the ag_rs steps; the decode is the same in both combines).
+  const double decode_s = m.timing.combines.front().decode.median_us * 1e-6;
+  return {{"world", m.timing.world},
+          {"context", s.context},
+          {"heads", s.heads},
+          {"heads_per_rank_out", s.heads / m.timing.world},
+          {"q", s.q_label()},
+          {"batch", s.batch},
+          {"rows", m.timing.rows},
+          {"kv_bytes_per_rank", m.timing.kv_bytes_per_rank},
+          {"flops", m.timing.flops},
+          {"decode_kv_tbps_per_rank", m.timing.kv_bytes_per_rank / decode_s / 1e12},
+          {"decode_tflops_per_rank", m.timing.flops / m.timing.world / decode_s / 1e12},
+          {"work_items_rank0", m.timing.work_items},
+          {"output_finite", m.timing.output_finite},
+          {"combines", combines}};
+}
+
+nlohmann::json targets(const std::vector<Measured>& all) {
+  auto find_w1 = [&](const Shape& s) -> const Measured* {
+    for (const Measured& m : all) {
+      if (m.timing.world == 1 && m.shape.context == s.context && m.shape.heads == s.heads &&
+          m.shape.ragged == s.ragged && m.shape.batch == s.batch) {
+        return &m;
+      }
+    }
+    return nullptr;
+  };
+  nlohmann::json out = nlohmann::json::array();
+  for (const Measured& m : all) {
+    const Shape& s = m.shape;
+    if (m.timing.world < 2) continue;
+    for (const CombineTiming& t : m.timing.combines) {
+      if (s.context == 131072 && !s.ragged && m.timing.world == 2) {
+        if (const CombineTiming* base = same_combine(find_w1(s), t.combine)) {
+          const double ratio = t.step.median_us / base->step.median_us;
+          out.push_back({{"target", "step(W=2) <= 0.55 x step(W=1) at 128K context, Q = 1"},
+                         {"shape", s.name()},
+                         {"combine", to_string(t.combine)},
+                         {"value", ratio},
+                         {"limit", 0.55},
+                         {"met", ratio <= 0.55}});
+        }
+      }
+      if (s.context == 32768 && s.batch == 32) {
+        const double frac = t.combine_phase.median_us / t.decode.median_us;
+        out.push_back({{"target", "combine <= 10 % of attention time at 32K context, batch 32"},
+                       {"shape", s.name()},
+                       {"world", m.timing.world},
+                       {"combine", to_string(t.combine)},
+                       {"value", frac},
+                       {"limit", 0.10},
+                       {"met", frac <= 0.10}});
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace dcpmla::bench

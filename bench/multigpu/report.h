@@ -1,0 +1,31 @@
+// The benchmark's output: one table row per (shape, W, combine) on stdout, and the JSON document
+// (provenance, devices, every timing, the ratios to W = 1 and the targets).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "grid.h"
+#include "measure.h"
+
+namespace dcpmla::bench {
+
+struct Measured {
+  Shape shape;
+  ShapeTiming timing;
+};
+
+void print_header();
+// `baseline`: the same shape at W = 1 (nullptr when this is it or it was not measured).
+void print_rows(const Measured& m, const Measured* baseline);
+
+nlohmann::json to_json(const Measured& m, const Measured* baseline);
+
+// The targets, evaluated on what was measured:
+//  - at 128K context, Q = 1 (the least compute-bound shapes of the grid): step(W) / step(W = 1)
+//    <= 0.55 for W = 2;
+//  - at 32K context, batch 32: combine <= 10 % of the attention (decode) time, for W >= 2.
+nlohmann::json targets(const std::vector<Measured>& all);
+
+}  // namespace dcpmla::bench

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# The multi-GPU script, run on a machine with 2 (or more) GPUs, nvcc, CMake, ninja and the
+# system NCCL, no network: configures a Release build with the CUDA backend and the NCCL
+# communicator into build-multigpu, builds what the multi-GPU checks need, runs the ctest labels
+# multigpu and nccl, `dcpmla demo --backend cuda --dcp W --gpus W` (both combines, bf16 and fp8
+# caches, and one DeepSeek-sized batch), and dcpmla_multigpu_bench. Every log and the benchmark
+# JSON go to $OUT (default ./out).
+#
+# A failing step is logged and the script goes on; the exit status is non-zero when any step
+# failed. DCPMLA_STEPS picks steps (default "build tests demo bench"); build outputs are reused,
+# so a second call can run, say, DCPMLA_STEPS="build bench" on a machine that is still warm.
+# DCPMLA_COMMIT is recorded with the benchmark (default: git rev-parse HEAD where .git exists).
+#
+#   run: scripts/device_multigpu.sh
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+export PATH="/usr/local/cuda/bin:$PATH"
+export CMAKE_POLICY_VERSION_MINIMUM=3.5  # CMake 4 and the older config files of the deps
+# NVLink multicast (NVLS) stays off on these machines.
+export NCCL_NVLS_ENABLE=0
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+STEPS=${DCPMLA_STEPS:-build tests demo bench}
+JOBS=$(nproc 2>/dev/null || echo 8)
+START=$(date +%s)
+BUILD=build-multigpu
+log() { echo "== [$(($(date +%s) - START))s] $*" | tee -a "$OUT/summary.txt"; }
+want() { [[ " $STEPS " == *" $1 "* ]]; }
+status=0
+fail() {
+  status=1
+  log "FAIL: $*"
+}
+
+# Step time limits come out of one budget so the whole script stays under ~9.5 minutes.
+BUDGET=${DCPMLA_BUDGET_S:-560}
+left() {
+  local l=$((BUDGET - ($(date +%s) - START)))
+  [ "$l" -gt 10 ] && echo "$l" || echo 10
+}
+cap() {
+  local l
+  l=$(left)
+  [ "$1" -lt "$l" ] && echo "$1" || echo "$l"
+}
+
+GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+GPUS=${GPUS:-0}
+W=$((GPUS >= 2 ? 2 : GPUS))
+COMMIT=${DCPMLA_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+
+{
+  echo "steps: $STEPS"
+  echo "commit: $COMMIT"
+  git status --short 2>/dev/null | head -50 || true
+  nvidia-smi || true
+  nvidia-smi topo -m || true
+  nvcc --version || true
+  cmake --version || true
+  c++ --version || true
+  ls -l /usr/include/nccl.h /usr/local/cuda/include/nccl.h 2>&1 || true
+  grep -E '^#define NCCL_(MAJOR|MINOR|PATCH)' /usr/include/nccl.h 2>/dev/null || true
+  (ldconfig -p 2>/dev/null | grep -i nccl) || true
+  head -2 /etc/os-release 2>/dev/null || true
+  env | grep -E '^(NCCL|CUDA)_' || true
+} > "$OUT/env.txt" 2>&1
+log "environment in env.txt; $GPUS GPU(s), DCP world for the demo: $W"
+
+# --- build --------------------------------------------------------------------------------
+TARGETS=(dcpmla_tool dcpmla_multigpu_bench nccl_host_test nccl_communicator_test nccl_dcp_test
+  nccl_processes_test nccl_rank_process)
+if want build; then
+  log "configure + build (Release, CUDA sm_90a, NCCL): ${TARGETS[*]}"
+  { cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDCPMLA_CUDA=ON -DDCPMLA_NCCL=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90a -DDCPMLA_BUILD_TESTS=ON -DDCPMLA_BUILD_BENCH=ON &&
+    timeout "$(cap 300)" cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}"; } \
+    >> "$OUT/build.log" 2>&1
+  build_rc=$?
+  grep -E "NCCL|error|warning:" "$OUT/build.log" | head -30
+  if [ $build_rc -ne 0 ]; then
+    tail -30 "$OUT/build.log"
+    fail "build (rc $build_rc, see build.log); later steps use whatever was built"
+  else
+    log "build done"
+  fi
+fi
+
+# --- tests --------------------------------------------------------------------------------
+if want tests; then
+  log "ctest -L multigpu and -L nccl (multi-GPU tests run one at a time)"
+  timeout "$(cap 240)" ctest --test-dir "$BUILD" -L '^(multigpu|nccl)$' --output-on-failure \
+    -j 4 --timeout 230 2>&1 | tee "$OUT/multigpu_tests.log" | tail -30
+  [ "${PIPESTATUS[0]}" -eq 0 ] || fail "multigpu / nccl tests (see multigpu_tests.log)"
+  if grep -q "Skipped\|Not Run" "$OUT/multigpu_tests.log"; then
+    log "WARNING: some tests were skipped or not run (fewer than 2 GPUs? see multigpu_tests.log)"
+  fi
+fi
+
+# --- demo ---------------------------------------------------------------------------------
+if want demo; then
+  if [ "$W" -lt 2 ]; then
+    fail "demo needs 2 GPUs, found $GPUS"
+  else
+    for dtype in bf16 fp8; do
+      for combine in ag_rs a2a; do
+        name="demo_${dtype}_${combine}"
+        log "dcpmla demo --backend cuda --dcp $W --gpus $W --dtype $dtype --combine $combine"
+        timeout "$(cap 60)" "$BUILD/tools/dcpmla" demo --backend cuda --dcp "$W" --gpus "$W" \
+          --dtype "$dtype" --combine "$combine" > "$OUT/$name.log" 2>&1
+        rc=$?
+        tail -8 "$OUT/$name.log"
+        [ $rc -eq 0 ] || fail "$name (rc $rc, see $name.log)"
+      done
+    done
+    # DeepSeek-sized: 128 heads, 16 requests, contexts up to 8K.
+    log "dcpmla demo --backend cuda --dcp $W --gpus $W --heads 128 --requests 16 --max-context 8192"
+    timeout "$(cap 120)" "$BUILD/tools/dcpmla" demo --backend cuda --dcp "$W" --gpus "$W" \
+      --heads 128 --requests 16 --max-context 8192 --combine a2a > "$OUT/demo_h128.log" 2>&1
+    rc=$?
+    tail -8 "$OUT/demo_h128.log"
+    [ $rc -eq 0 ] || fail "demo_h128 (rc $rc, see demo_h128.log)"
+  fi
+fi
+
+# --- benchmark ----------------------------------------------------------------------------
+if want bench; then
+  if [ -x "$BUILD/bench/multigpu/dcpmla_multigpu_bench" ]; then
+    budget=$(($(left) - 45))
+    [ "$budget" -gt 30 ] || budget=30
+    log "dcpmla_multigpu_bench (time budget ${budget}s for shapes; JSON rewritten per shape)"
+    # DCPMLA_BENCH_ARGS is split into words on purpose (several options).
+    # shellcheck disable=SC2086
+    DCPMLA_COMMIT="$COMMIT" timeout "$(cap $((budget + 40)))" \
+      "$BUILD/bench/multigpu/dcpmla_multigpu_bench" --out "$OUT/multigpu_bench.json" \
+      --budget-s "$budget" ${DCPMLA_BENCH_ARGS:-} 2>&1 | tee "$OUT/multigpu_bench.txt" | tail -80
+    [ "${PIPESTATUS[0]}" -eq 0 ] || fail "multigpu benchmark (see multigpu_bench.txt)"
+  else
+    fail "dcpmla_multigpu_bench was not built"
+  fi
+fi
+
+log "done, status $status"
+exit $status

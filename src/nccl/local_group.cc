@@ -1,0 +1,65 @@
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "dcpmla/error.h"
+#include "dcpmla/nccl_comm.h"
+#include "nccl_check.h"
+
+namespace dcpmla {
+
+std::vector<int> first_devices(int count) {
+  require(count >= 1, ErrorCode::invalid_argument, "count", ">= 1 device", std::to_string(count));
+  std::vector<int> devices(static_cast<std::size_t>(count));
+  for (int d = 0; d < count; ++d) devices[std::size_t(d)] = d;
+  return devices;
+}
+
+NcclLocalGroup::NcclLocalGroup(std::vector<int> devices) : devices_(std::move(devices)) {
+  const std::string given = fmt::format("[{}]", fmt::join(devices_, ", "));
+  require(!devices_.empty(), ErrorCode::invalid_argument, "devices", "at least one CUDA device",
+          "none");
+  std::vector<int> sorted = devices_;
+  std::sort(sorted.begin(), sorted.end());
+  require(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(),
+          ErrorCode::invalid_argument, "devices",
+          "distinct devices (NCCL runs one rank per device)", given);
+  require(sorted.front() >= 0, ErrorCode::out_of_range, "devices", "device indices >= 0", given);
+  int count = 0;
+  DCPMLA_NCCL_CUDA_CHECK(cudaGetDeviceCount(&count));
+  require(sorted.back() < count, ErrorCode::out_of_range, "devices",
+          fmt::format("CUDA device indices in [0, {}) ({} present)", count, count), given);
+
+  handles_.assign(devices_.size(), nullptr);
+  {
+    int current = 0;
+    DCPMLA_NCCL_CUDA_CHECK(cudaGetDevice(&current));
+    nccl::DeviceScope keep(current);  // ncclCommInitAll switches devices as it goes
+    DCPMLA_NCCL_CHECK(ncclCommInitAll(handles_.data(), world(), devices_.data()), nullptr);
+  }
+  try {
+    for (ncclComm_t h : handles_) communicators_.push_back(NcclCommunicator::wrap(h));
+  } catch (...) {
+    communicators_.clear();
+    for (ncclComm_t h : handles_) ncclCommDestroy(h);
+    throw;
+  }
+}
+
+NcclLocalGroup::~NcclLocalGroup() {
+  communicators_.clear();
+  ncclGroupStart();
+  for (ncclComm_t h : handles_) ncclCommFinalize(h);
+  ncclGroupEnd();
+  for (ncclComm_t h : handles_) ncclCommDestroy(h);
+}
+
+NcclCommunicator& NcclLocalGroup::communicator(int rank) const {
+  require(rank >= 0 && rank < world(), ErrorCode::out_of_range, "rank",
+          fmt::format("in [0, world = {})", world()), std::to_string(rank));
+  return *communicators_[std::size_t(rank)];
+}
+
+}  // namespace dcpmla

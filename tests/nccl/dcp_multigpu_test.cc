@@ -1,0 +1,200 @@
+// The DCP step across GPUs: rank r on GPU r with its own CUDA backend, holding only its shard of
+// every request's KV, collectives over NCCL. Each result is checked against the same step
+// simulated on one GPU (every rank on GPU 0, in-process collectives) and against the
+// double-precision reference. Skipped with fewer than 2 GPUs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "multigpu_support.h"
+#include "sim/test_support.h"
+
+namespace dcpmla {
+namespace {
+
+using multigpu_testing::all_on_gpu0;
+using multigpu_testing::one_gpu_per_rank;
+using multigpu_testing::RankCollectives;
+using multigpu_testing::world;
+using testing::custom_scenario;
+using testing::describe;
+
+std::string trace(const sim::Scenario& sc, const sim::RunOptions& o) {
+  return describe(sc.spec) + "\n" + describe(o) + "\n" + testing::describe_batch(sc.batch);
+}
+
+// Multi-GPU result vs the single-GPU simulation and the reference. The collectives only move
+// data, except the ag_rs reduce-scatter, which for W = 2 is one f32 addition (the same bits in
+// either order): so wherever the simulation itself is deterministic, a2a and two-rank ag_rs
+// results must be bit-identical to it, and within the tolerance otherwise.
+void expect_multigpu_matches(const RankCollectives& ranks, const sim::Scenario& sc,
+                             const sim::RunOptions& o) {
+  SCOPED_TRACE(trace(sc, o));
+  const auto multi = sim::run_dcp(sc, one_gpu_per_rank(), ranks.factory(), o);
+  const auto simulated = sim::run_dcp(sc, all_on_gpu0(), o);
+  const auto tol = sim::tolerance_for(sc.spec);
+
+  const auto vs_reference = sim::compare(sc, multi, sim::run_reference(sc), tol);
+  EXPECT_TRUE(vs_reference.pass) << describe(vs_reference);
+
+  const auto vs_simulated = sim::agreement(multi, simulated);
+  EXPECT_LE(vs_simulated.max_out_diff, tol.out);
+  EXPECT_LE(vs_simulated.max_lse_diff, tol.lse);
+  for (std::size_t k = 0; k < simulated.lse.size(); ++k) {
+    if (std::isinf(simulated.lse[k])) {
+      ASSERT_EQ(multi.lse[k], simulated.lse[k]) << "(row, head) " << k;
+    }
+  }
+  const bool exact_collectives = o.combine == Combine::a2a || sc.spec.world == 2;
+  if (exact_collectives && !vs_simulated.bit_identical) {
+    // Only a difference the simulation does not show against itself is the collectives' fault.
+    const bool deterministic =
+        sim::agreement(simulated, sim::run_dcp(sc, all_on_gpu0(), o)).bit_identical;
+    EXPECT_FALSE(deterministic) << "not bit-identical to the deterministic simulation: max|dO| "
+                                << vs_simulated.max_out_diff << " max|dLSE| "
+                                << vs_simulated.max_lse_diff;
+  }
+}
+
+class DcpMultiGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DCPMLA_REQUIRE_GPUS_OR_CPU_RUN(2);
+    ranks_ = std::make_unique<RankCollectives>(world());
+  }
+  const RankCollectives& ranks() const { return *ranks_; }
+  sim::RunResult run(const sim::Scenario& sc, const sim::RunOptions& o) const {
+    return sim::run_dcp(sc, one_gpu_per_rank(), ranks_->factory(), o);
+  }
+
+ private:
+  std::unique_ptr<RankCollectives> ranks_;
+};
+
+// Random ragged speculative batches: Q from 1 + 0..K drafts, log-uniform contexts, a request
+// shorter than W + Q, head counts of real models, bf16 and fp8 caches, both combines, padding
+// rows, several split policies and interleaves.
+TEST_F(DcpMultiGpu, RandomRaggedBatchesMatchSimulationAndReference) {
+  std::mt19937_64 rng(4242);
+  auto pick = [&](std::initializer_list<int> v) { return *(v.begin() + rng() % v.size()); };
+  for (int i = 0; i < 12; ++i) {
+    sim::ScenarioSpec s;
+    s.world = world();
+    do {
+      s.heads = pick({16, 32, 64, 128});
+    } while (s.heads % s.world != 0);
+    s.block_size = pick({16, 64});
+    s.interleave = pick({1, 1, 2, 4});
+    s.kv_dtype = i % 2 ? DType::fp8_e4m3 : DType::bf16;
+    s.q_dtype = DType::bf16;
+    const bool many_heads = s.heads >= 64;
+    s.requests = 1 + int(rng() % (many_heads ? 4 : 8));
+    s.max_drafts = pick({0, 3, 7});
+    s.max_context = s.max_drafts + 1 + std::int64_t(rng() % (many_heads ? 700 : 3000));
+    s.short_request = rng() % 2 == 0;
+    s.full_mask_fraction = i % 5 == 4 ? 0.3 : 0.0;
+    s.padding_rows = i % 3 == 0 ? 1 + int(rng() % 6) : 0;
+    s.seed = 9000 + i;
+    sim::RunOptions o;
+    o.combine = (i / 2) % 2 ? Combine::a2a : Combine::ag_rs;
+    o.limits.target_work_items = pick({0, 32, 264});
+    expect_multigpu_matches(ranks(), sim::make_scenario(s), o);
+    if (HasFailure()) return;
+  }
+}
+
+// Rows that see nothing on a rank, ranks that hold nothing of a request (T < W) or of the whole
+// batch, and padding rows: exactly O = 0, LSE = -inf where the reference is empty.
+TEST_F(DcpMultiGpu, EmptyRanksAndPaddingRows) {
+  struct Shape {
+    std::vector<int> q;
+    std::vector<std::int64_t> t;
+  };
+  const std::vector<Shape> shapes = {
+      {{1, 2, 3}, {1, 3, 5}},  // T < W + Q
+      {{1}, {1}},              // one token: every rank but 0 holds nothing
+      {{4, 1, 8}, {4, 2, 9}},  // T == Q
+  };
+  int seed = 70;
+  for (const Shape& sh : shapes) {
+    for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+      for (Combine combine : {Combine::ag_rs, Combine::a2a}) {
+        sim::ScenarioSpec spec;
+        spec.world = world();
+        spec.heads = 8 * world();
+        spec.block_size = 1;
+        spec.kv_dtype = kv;
+        spec.seed = seed++;
+        sim::RunOptions o;
+        o.combine = combine;
+        o.limits.kv_chunk_blocks = seed % 2;
+        expect_multigpu_matches(ranks(), custom_scenario(spec, sh.q, sh.t, {}, /*padding=*/3), o);
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
+// The SPEC's batches: warm-up (8, 1) T = [100, 40], ragged (8, 2) and (3, 1) with a non-causal
+// request, 128 heads as DeepSeek-V3 has.
+TEST_F(DcpMultiGpu, SpecVectorBatches) {
+  struct Vec {
+    std::vector<int> q;
+    std::vector<std::int64_t> t;
+    std::vector<Mask> masks;
+  };
+  const std::vector<Vec> vectors = {
+      {{8, 1}, {100, 40}, {}},
+      {{8, 2}, {100, 40}, {}},
+      {{3, 1}, {31, 35}, {Mask::causal, Mask::full}},
+  };
+  int seed = 120;
+  for (const Vec& v : vectors) {
+    for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+      for (Combine combine : {Combine::ag_rs, Combine::a2a}) {
+        sim::ScenarioSpec spec;
+        spec.world = world();
+        spec.heads = 128;
+        spec.block_size = 64;
+        spec.kv_dtype = kv;
+        spec.seed = seed++;
+        sim::RunOptions o;
+        o.combine = combine;
+        expect_multigpu_matches(ranks(), custom_scenario(spec, v.q, v.t, v.masks, 2), o);
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
+// Across GPUs too, flattened single-token rows and the native form agree bit for bit (same KV
+// split), and seeing future drafts fails the comparison.
+TEST_F(DcpMultiGpu, FlattenedMatchesNativeAndTheNegativeControlFails) {
+  sim::ScenarioSpec spec;
+  spec.world = world();
+  spec.heads = 16 * world();
+  spec.block_size = 16;
+  spec.seed = 5;
+  const sim::Scenario sc = custom_scenario(spec, {8, 2, 1, 5}, {700, 40, 3, 1200}, {}, 1);
+  for (Combine combine : {Combine::ag_rs, Combine::a2a}) {
+    sim::RunOptions o;
+    o.combine = combine;
+    o.limits.kv_chunk_blocks = 4;
+    sim::RunOptions flat = o;
+    flat.flatten = true;
+    const auto native = run(sc, o);
+    const auto flattened = run(sc, flat);
+    EXPECT_TRUE(sim::agreement(native, flattened).bit_identical) << to_string(combine);
+
+    sim::RunOptions future = o;
+    future.see_future = true;
+    const auto bad =
+        sim::compare(sc, run(sc, future), sim::run_reference(sc), sim::tolerance_for(spec));
+    EXPECT_FALSE(bad.pass) << to_string(combine);
+    EXPECT_GT(bad.max_out_error, 0.05) << to_string(combine);
+  }
+}
+
+}  // namespace
+}  // namespace dcpmla

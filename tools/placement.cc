@@ -1,0 +1,74 @@
+#include "placement.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+
+#include "dcpmla/cpu_backend.h"
+#include "dcpmla/error.h"
+#if DCPMLA_HAVE_CUDA
+#include "dcpmla/cuda_backend.h"
+#endif
+#if DCPMLA_HAVE_NCCL
+#include "dcpmla/nccl_comm.h"
+#endif
+
+namespace dcpmla::tool {
+
+sim::RunResult Placement::run(const sim::Scenario& sc, const sim::RunOptions& options) const {
+  return collectives ? sim::run_dcp(sc, backend, collectives, options)
+                     : sim::run_dcp(sc, backend, options);
+}
+
+Placement simulated_on_gpu0() {
+#if DCPMLA_HAVE_CUDA
+  Placement p;
+  p.description = "cuda backend, every rank simulated on GPU 0";
+  // Ranks exchange data through device memory with in-process collectives.
+  p.backend = [](int) { return make_cuda_backend(0); };
+  return p;
+#else
+  throw Error(ErrorCode::unsupported, "--backend", "cpu (this build has no CUDA backend)", "cuda");
+#endif
+}
+
+Placement place_ranks(const std::string& backend, int world, int gpus, int cpu_threads_per_rank) {
+  require(backend == "cpu" || backend == "cuda", ErrorCode::invalid_argument, "--backend",
+          "cpu or cuda", "'" + backend + "'");
+  require(gpus >= 0, ErrorCode::invalid_argument, "--gpus", ">= 0", std::to_string(gpus));
+  if (backend == "cpu") {
+    require(gpus == 0, ErrorCode::invalid_argument, "--gpus", "0 with --backend cpu",
+            std::to_string(gpus));
+    Placement p;
+    p.description = "cpu backend";
+    p.backend = [cpu_threads_per_rank](int) { return make_cpu_backend(cpu_threads_per_rank); };
+    return p;
+  }
+  if (gpus == 0) return simulated_on_gpu0();
+  require(gpus == world, ErrorCode::invalid_argument, "--gpus",
+          fmt::format("0 (every rank simulated on GPU 0) or the DCP world {} (one rank per GPU)",
+                      world),
+          std::to_string(gpus));
+#if DCPMLA_HAVE_CUDA && DCPMLA_HAVE_NCCL
+  // NVLink multicast stays off unless the environment sets it: on shared machines a program
+  // using it can take the GPUs out of service, and these collectives do not need it.
+  ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+  auto group = std::make_shared<NcclLocalGroup>(first_devices(gpus));
+  Placement p;
+  p.description =
+      fmt::format("cuda backend, {} GPUs over NCCL, each rank holding only its KV shard", gpus);
+  p.backend = [](int rank) { return make_cuda_backend(rank); };
+  p.collectives = [g = group.get()](int rank, Backend&) -> std::unique_ptr<Communicator> {
+    return NcclCommunicator::wrap(g->communicator(rank).handle());
+  };
+  p.multi_gpu = true;
+  p.resources = group;
+  return p;
+#else
+  throw Error(ErrorCode::unsupported, "--gpus",
+              "0 (this build has no NCCL communicator: configure with -DDCPMLA_NCCL=ON)",
+              std::to_string(gpus));
+#endif
+}
+
+}  // namespace dcpmla::tool
