@@ -13,6 +13,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dcpmla/cuda_backend.h"
@@ -158,6 +159,8 @@ struct Shape {
   int world = 1;           // DCP world size of the per-rank shape (the rank is 0)
   double flashmla_us = 0;  // PERF.md, same card and method; 0 = no figure
   std::string flashmla_note;
+  int block_size = 64;
+  DType kv = DType::bf16;
 };
 
 std::vector<int> ragged_q(int B, int max_q, std::uint64_t seed) {
@@ -213,6 +216,15 @@ std::vector<Shape> shapes() {
                "64-row tiles, H = 96"});
   v.push_back({"kimi_k3_dcp8", 32, 32768, 96, ragged_q(32, 8, 7), Form::native, 8, 0, ""});
   v.push_back({"kimi_k3_dcp8", 32, 32768, 12, uniform(32, 1), Form::native, 8, 283, "H = 12"});
+  // Cache formats: block sizes 16 and 32 (no cliff expected: tokens are gathered one by one) and
+  // the fp8 e4m3 cache (half the bytes), on a memory-bound and a compute-bound shape.
+  for (const auto& [B, L, H, Q] : {std::tuple{128, 8192, 16, 1}, std::tuple{64, 4096, 128, 2}}) {
+    for (int bs : {16, 32}) {
+      v.push_back({"cache_formats", B, L, H, uniform(B, Q), Form::native, 1, 0, "", bs});
+    }
+    v.push_back(
+        {"cache_formats", B, L, H, uniform(B, Q), Form::native, 1, 0, "", 64, DType::fp8_e4m3});
+  }
   return v;
 }
 
@@ -247,7 +259,8 @@ Problem make_problem(const Shape& sh, std::int64_t num_blocks_out[1], int block_
   if (sh.form == Form::flattened) batch = flatten(batch);
   PlanConfig cfg{sharding, sh.H, block_size, num_blocks_out[0], {}};
   cfg.limits = cuda_plan_limits(batch, sharding, sh.H, block_size);
-  Problem p{batch, make_plan(batch, cfg), double(sh.B) * sh.L * 1152.0, flops, batch.rows()};
+  Problem p{batch, make_plan(batch, cfg), double(sh.B) * sh.L * kHeadDim * dtype_size(sh.kv), flops,
+            batch.rows()};
   return p;
 }
 
@@ -290,8 +303,8 @@ int main(int argc, char** argv) {
           {"commit", commit},
           {"date", date},
           {"reps", reps},
-          {"block_size", 64},
-          {"kv_dtype", "bf16"},
+          {"block_size", "64 unless a result says otherwise"},
+          {"kv_dtype", "bf16 unless a result says otherwise"},
           {"ceilings", {{"copy_tbps", ceil.copy_tbps}, {"gemm_bf16_tflops", ceil.gemm_tflops}}},
           {"flashmla_source", "shared/PERF.md (FlashMLA built from source, same H200, 2026-11-30)"},
           {"results", results}};
@@ -299,7 +312,6 @@ int main(int argc, char** argv) {
     };
     auto backend = make_cuda_backend(0);
     std::mt19937_64 rng(1);
-    const int block_size = 64;
     fmt::print(
         "{:<20} {:>4} {:>7} {:>4} {:>5} {:<10} {:>3} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7} {:>7} "
         "{:>9}\n",
@@ -310,21 +322,26 @@ int main(int argc, char** argv) {
       if (!filter.empty() && sh.group.find(filter) == std::string::npos) continue;
       if (++passed != index && index >= 0) continue;
       std::int64_t num_blocks = 0;
-      Problem p = make_problem(sh, &num_blocks, block_size, prop.multiProcessorCount, rng);
+      Problem p = make_problem(sh, &num_blocks, sh.block_size, prop.multiProcessorCount, rng);
       const std::int64_t rows = p.rows;
-      DeviceBuffer cache(*backend, std::size_t(num_blocks) * block_size * kHeadDim * 2);
+      DeviceBuffer cache(*backend,
+                         std::size_t(num_blocks) * sh.block_size * kHeadDim * dtype_size(sh.kv));
       DeviceBuffer q(*backend, std::size_t(rows) * sh.H * kHeadDim * 2);
       DeviceBuffer out(*backend, std::size_t(rows) * sh.H * kLatentDim * 2);
       DeviceBuffer lse(*backend, std::size_t(rows) * sh.H * 4);
       DeviceBuffer bt(*backend, p.batch.block_table.size() * 4);
       DeviceBuffer ws(*backend, std::max<std::size_t>(decode_workspace_bytes(p.plan), 16));
-      fill_random_bf16(cache.data(), cache.bytes() / 2, 11, s);
+      if (sh.kv == DType::fp8_e4m3) {
+        fill_random_fp8(cache.data(), cache.bytes(), 11, s);
+      } else {
+        fill_random_bf16(cache.data(), cache.bytes() / 2, 11, s);
+      }
       fill_random_bf16(q.data(), q.bytes() / 2, 12, s);
       backend->upload(bt.data(), p.batch.block_table.data(), bt.bytes(), s);
       DecodeArgs args;
       args.plan = &p.plan;
       args.q = q.tensor(DType::bf16, {rows, sh.H, kHeadDim});
-      args.cache = {cache.data(), DType::bf16, num_blocks, block_size, 1.0f};
+      args.cache = {cache.data(), sh.kv, num_blocks, sh.block_size, 1.0f};
       args.block_table = bt.tensor(DType::i32, {p.batch.num_requests(), p.batch.max_blocks});
       args.out = out.tensor(DType::bf16, {rows, sh.H, kLatentDim});
       args.lse = lse.tensor(DType::f32, {rows, sh.H});
@@ -346,9 +363,12 @@ int main(int argc, char** argv) {
       fmt::print(
           "{:<20} {:>4} {:>7} {:>4} {:>5} {:<10} {:>3} {:>9.1f} {:>9.1f} {:>9} {:>7.2f} {:>6.1f}% "
           "{:>7.0f} {:>6.1f}% {:>9}{}\n",
-          sh.group, sh.B, sh.L, sh.H, rows, form_name(sh.form), sh.world, st.median_us, st.min_us,
-          graph ? fmt::format("{:.1f}", *graph) : "n/a", tbps, 100 * tbps / ceil.copy_tbps, tflops,
-          100 * tflops / ceil.gemm_tflops,
+          sh.group, sh.B, sh.L, sh.H, rows,
+          fmt::format("{}{}{}", form_name(sh.form),
+                      sh.block_size != 64 ? fmt::format("/bs{}", sh.block_size) : "",
+                      sh.kv == DType::fp8_e4m3 ? "/fp8" : ""),
+          sh.world, st.median_us, st.min_us, graph ? fmt::format("{:.1f}", *graph) : "n/a", tbps,
+          100 * tbps / ceil.copy_tbps, tflops, 100 * tflops / ceil.gemm_tflops,
           sh.flashmla_us > 0 ? fmt::format("{:.1f}", sh.flashmla_us) : "-",
           finite ? "" : "  NON-FINITE OUTPUT");
       results.push_back(
@@ -360,6 +380,8 @@ int main(int argc, char** argv) {
            {"rows", rows},
            {"form", form_name(sh.form)},
            {"world", sh.world},
+           {"block_size", sh.block_size},
+           {"kv_dtype", to_string(sh.kv)},
            {"median_us", st.median_us},
            {"min_us", st.min_us},
            {"graph_us", graph ? nlohmann::json(*graph) : nlohmann::json()},

@@ -1,8 +1,7 @@
 // Launch of the decode kernel (decode_kernel.cuh): one instantiation per (q dtype, cache dtype).
-#include <atomic>
-
 #include "check.h"
 #include "decode_kernel.cuh"
+#include "launch_config.h"
 
 namespace dcpmla::cuda {
 namespace {
@@ -10,19 +9,8 @@ namespace {
 template <class QS, CacheKind C>
 void launch_decode_kernel(const DecodeParams& p, std::int64_t num_tiles, cudaStream_t s) {
   using L = Layout<QS, KStore<C>>;
-  const auto kernel = decode_kernel<QS, C>;
-  // The shared-memory opt-in is a per-device function attribute: set once per device.
-  static std::atomic<std::uint64_t> configured{0};
-  int device = 0;
-  DCPMLA_CUDA_CHECK(cudaGetDevice(&device));
-  const std::uint64_t bit = device < 64 ? (std::uint64_t(1) << device) : 0;
-  if (bit == 0 || !(configured.load() & bit)) {
-    DCPMLA_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kBytes)));
-    configured.fetch_or(bit);
-  }
-  kernel<<<unsigned(num_tiles), kThreads, L::kBytes, s>>>(p);
-  check_launch("decode_kernel<<<>>>");
+  launch_with_shared_memory<decode_kernel<QS, C>>(unsigned(num_tiles), kThreads, L::kBytes, p, s,
+                                                  "decode_kernel<<<>>>");
 }
 
 template <class QS>

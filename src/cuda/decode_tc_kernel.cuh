@@ -148,7 +148,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_tc_kernel(const DecodePara
   const DecodeTile tile = p.tiles[blockIdx.x];
   const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3;
   const int quad = lane & 3;
-  const int H = p.num_heads;
   const int num_kv_tiles = (tile.kv_visible_end - tile.kv_begin + kKeys - 1) / kKeys;
 
   // The thread's two accumulator rows (pairs) and their exclusive local key limits.
@@ -291,9 +290,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_tc_kernel(const DecodePara
   }
   __syncthreads();
   const bool partial = tile.partial_row >= 0;
-  const std::int64_t first =
-      (partial ? std::int64_t(tile.partial_row) : std::int64_t(tile.row_begin)) * H +
-      tile.pair_begin;
+  const std::int64_t first = first_output_row(p, tile);
   constexpr float kLn2 = 0.6931471805599453f;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -302,18 +299,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_tc_kernel(const DecodePara
     const float scale = total > 0.0f ? p.out_scale / total : 0.0f;
     const std::int64_t idx = first + rows[i];
     const std::int64_t at = idx * kLatentDim + 256 * wg + 2 * quad;
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const float a = o[4 * j + 2 * i] * scale, b = o[4 * j + 2 * i + 1] * scale;
-      if (partial) {
-        *reinterpret_cast<float2*>(p.partial_out + at + 8 * j) = make_float2(a, b);
-      } else if (p.out_bf16) {
-        *reinterpret_cast<std::uint32_t*>(static_cast<bf16_bits*>(p.out) + at + 8 * j) =
-            pack_bf16x2(a, b);
-      } else {
-        *reinterpret_cast<float2*>(static_cast<float*>(p.out) + at + 8 * j) = make_float2(a, b);
-      }
-    }
+    store_output_row(p, partial, at, o, i, scale);
     if (wg == 0 && quad == 0) {
       const float lse = total > 0.0f ? (m[i] + log2f(total)) * kLn2 : -INFINITY;
       (partial ? p.partial_lse : p.lse)[idx] = lse;

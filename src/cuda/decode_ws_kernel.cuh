@@ -283,9 +283,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_ws_kernel(const DecodePara
   __syncthreads();  // the final m and l of every row are written
 
   const bool partial = tile.partial_row >= 0;
-  const std::int64_t first =
-      (partial ? std::int64_t(tile.partial_row) : std::int64_t(tile.row_begin)) * p.num_heads +
-      tile.pair_begin;
+  const std::int64_t first = first_output_row(p, tile);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (rows[r] >= tile.num_pairs) continue;
@@ -298,18 +296,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_ws_kernel(const DecodePara
     }
     const float scale = total > 0.0f ? p.out_scale / total : 0.0f;
     const std::int64_t at = (first + rows[r]) * kLatentDim + 256 * (wg - 1) + 2 * quad;
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const float a = o[4 * j + 2 * r] * scale, b = o[4 * j + 2 * r + 1] * scale;
-      if (partial) {
-        *reinterpret_cast<float2*>(p.partial_out + at + 8 * j) = make_float2(a, b);
-      } else if (p.out_bf16) {
-        *reinterpret_cast<std::uint32_t*>(static_cast<bf16_bits*>(p.out) + at + 8 * j) =
-            pack_bf16x2(a, b);
-      } else {
-        *reinterpret_cast<float2*>(static_cast<float*>(p.out) + at + 8 * j) = make_float2(a, b);
-      }
-    }
+    store_output_row(p, partial, at, o, r, scale);
   }
 }
 

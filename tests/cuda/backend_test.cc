@@ -69,6 +69,48 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
   }
 }
 
+// One rank-0 decode of a scenario's batch on a backend: bf16 query, cache (from host values),
+// output and LSE, a block table and a workspace of `workspace_bytes`, and the DecodeArgs over
+// them (plan left to the caller).
+struct Bf16Decode {
+  Bf16Decode(Backend& be_, const sim::Scenario& sc, const std::vector<std::uint16_t>& cache_host,
+             std::size_t workspace_bytes)
+      : be(be_),
+        rows(sc.batch.rows()),
+        heads(sc.spec.heads),
+        cache(to_device(be, cache_host)),
+        q(to_device(be, encode(sc.q, DType::bf16))),
+        bt(to_device(be, sc.batch.block_table)),
+        out(be, std::size_t(rows) * heads * kLatentDim * 2),
+        lse(be, std::size_t(rows) * heads * 4),
+        ws(be, workspace_bytes) {
+    args.q = q.tensor(DType::bf16, {rows, heads, kHeadDim});
+    args.cache = {cache.data(), DType::bf16, sc.num_blocks, sc.spec.block_size, 1.0f};
+    args.block_table = bt.tensor(DType::i32, {sc.batch.num_requests(), sc.batch.max_blocks});
+    args.out = out.tensor(DType::bf16, {rows, heads, kLatentDim});
+    args.lse = lse.tensor(DType::f32, {rows, heads});
+    args.softmax_scale = sc.spec.softmax_scale;
+    args.workspace = ws.tensor(DType::fp8_e4m3, {std::int64_t(ws.bytes())});
+  }
+  std::vector<std::uint8_t> out_bytes() {
+    return to_host<std::uint8_t>(be, out.data(), out.bytes());
+  }
+  std::vector<float> lse_values() {
+    return to_host<float>(be, lse.data(), std::size_t(rows) * heads);
+  }
+  // Sets out and LSE to garbage on s (so a run that writes nothing is caught).
+  void poison(cudaStream_t s) {
+    EXPECT_EQ(cudaMemsetAsync(out.data(), 0xff, out.bytes(), s), cudaSuccess);
+    EXPECT_EQ(cudaMemsetAsync(lse.data(), 0xff, lse.bytes(), s), cudaSuccess);
+  }
+
+  Backend& be;
+  std::int64_t rows;
+  int heads;
+  DeviceBuffer cache, q, bt, out, lse, ws;
+  DecodeArgs args;
+};
+
 TEST(CudaBackend, AvailableAndNamed) {
   DCPMLA_REQUIRE_GPU();
   auto be = make_backend();
@@ -233,29 +275,18 @@ TEST(CudaBackend, StreamsAndGraphCapture) {
   const Plan other =
       make_plan(other_batch, {sh, spec.heads, spec.block_size, sc.num_blocks, limits});
 
-  const std::int64_t rows = sc.batch.rows();
-  const int H = spec.heads;
-  KvCacheRef cache{nullptr, DType::bf16, sc.num_blocks, spec.block_size, 1.0f};
+  const KvCacheRef cache{nullptr, DType::bf16, sc.num_blocks, spec.block_size, 1.0f};
   std::vector<std::uint16_t> cache_host(cache.bytes() / 2);
   for (std::size_t i = 0; i < cache_host.size(); ++i) {
     cache_host[i] = float_to_bf16(std::sin(float(i) * 0.37f));
   }
-  const DeviceBuffer dcache = to_device(*be, cache_host);
-  cache.data = dcache.data();
-  const DeviceBuffer q = to_device(*be, encode(sc.q, DType::bf16));
-  const DeviceBuffer bt = to_device(*be, sc.batch.block_table);
-  DeviceBuffer out(*be, std::size_t(rows) * H * kLatentDim * 2);
-  DeviceBuffer lse(*be, std::size_t(rows) * H * 4);
-  DeviceBuffer ws(*be, decode_workspace_bytes(plan));
-  DecodeArgs args;
+  Bf16Decode d(*be, sc, cache_host, decode_workspace_bytes(plan));
+  const std::int64_t rows = d.rows;
+  const int H = d.heads;
+  DeviceBuffer& out = d.out;
+  DeviceBuffer& lse = d.lse;
+  DecodeArgs& args = d.args;
   args.plan = &plan;
-  args.q = q.tensor(DType::bf16, {rows, H, kHeadDim});
-  args.cache = cache;
-  args.block_table = bt.tensor(DType::i32, {sc.batch.num_requests(), sc.batch.max_blocks});
-  args.out = out.tensor(DType::bf16, {rows, H, kLatentDim});
-  args.lse = lse.tensor(DType::f32, {rows, H});
-  args.softmax_scale = spec.softmax_scale;
-  args.workspace = ws.tensor(DType::fp8_e4m3, {std::int64_t(ws.bytes())});
 
   cudaStream_t s = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
@@ -333,9 +364,7 @@ TEST(CudaBackend, GraphReplaysPlansUpdatedInPlace) {
   const Plan big = plan_for({100, 40, 1500});  // more thread blocks than step1
   ASSERT_GT(decode_capacity(big).thread_blocks, decode_capacity(step1).thread_blocks);
 
-  const std::int64_t rows = sc.batch.rows();
-  const int H = spec.heads;
-  KvCacheRef cache{nullptr, DType::bf16, sc.num_blocks, spec.block_size, 1.0f};
+  const KvCacheRef cache{nullptr, DType::bf16, sc.num_blocks, spec.block_size, 1.0f};
   std::vector<std::uint16_t> cache_host(cache.bytes() / 2);
   for (std::size_t i = 0; i < cache_host.size(); ++i) {
     cache_host[i] = float_to_bf16(std::cos(float(i) * 0.29f));
@@ -352,54 +381,24 @@ TEST(CudaBackend, GraphReplaysPlansUpdatedInPlace) {
   std::vector<Run> eager;
   for (const Plan* p : {&step1, &step2, &step3, &big}) {
     auto be = make_backend();
-    const DeviceBuffer dcache = to_device(*be, cache_host);
-    const DeviceBuffer q = to_device(*be, encode(sc.q, DType::bf16));
-    const DeviceBuffer bt = to_device(*be, sc.batch.block_table);
-    DeviceBuffer out(*be, std::size_t(rows) * H * kLatentDim * 2);
-    DeviceBuffer lse(*be, std::size_t(rows) * H * 4);
-    DeviceBuffer ws(*be, decode_workspace_bytes(*p));
-    DecodeArgs args;
-    args.plan = p;
-    args.q = q.tensor(DType::bf16, {rows, H, kHeadDim});
-    args.cache = cache;
-    args.cache.data = dcache.data();
-    args.block_table = bt.tensor(DType::i32, {sc.batch.num_requests(), sc.batch.max_blocks});
-    args.out = out.tensor(DType::bf16, {rows, H, kLatentDim});
-    args.lse = lse.tensor(DType::f32, {rows, H});
-    args.softmax_scale = spec.softmax_scale;
-    args.workspace = ws.tensor(DType::fp8_e4m3, {std::int64_t(ws.bytes())});
-    be->decode(args, s);
+    Bf16Decode d(*be, sc, cache_host, decode_workspace_bytes(*p));
+    d.args.plan = p;
+    be->decode(d.args, s);
     be->synchronize(s);
-    eager.push_back({to_host<std::uint8_t>(*be, out.data(), out.bytes()),
-                     to_host<float>(*be, lse.data(), std::size_t(rows) * H)});
+    eager.push_back({d.out_bytes(), d.lse_values()});
   }
   ASSERT_NE(eager[0].out, eager[1].out);
 
   // The backend under test: buffers for the largest step, step1 uploaded before the capture.
   auto be = make_backend();
-  const DeviceBuffer dcache = to_device(*be, cache_host);
-  const DeviceBuffer q = to_device(*be, encode(sc.q, DType::bf16));
-  const DeviceBuffer bt = to_device(*be, sc.batch.block_table);
-  DeviceBuffer out(*be, std::size_t(rows) * H * kLatentDim * 2);
-  DeviceBuffer lse(*be, std::size_t(rows) * H * 4);
-  DeviceBuffer ws(*be, decode_workspace_bytes(big));
-  DecodeArgs args;
+  Bf16Decode d(*be, sc, cache_host, decode_workspace_bytes(big));
+  DecodeArgs& args = d.args;
   args.plan = &step1;
-  args.q = q.tensor(DType::bf16, {rows, H, kHeadDim});
-  args.cache = cache;
-  args.cache.data = dcache.data();
-  args.block_table = bt.tensor(DType::i32, {sc.batch.num_requests(), sc.batch.max_blocks});
-  args.out = out.tensor(DType::bf16, {rows, H, kLatentDim});
-  args.lse = lse.tensor(DType::f32, {rows, H});
-  args.softmax_scale = spec.softmax_scale;
-  args.workspace = ws.tensor(DType::fp8_e4m3, {std::int64_t(ws.bytes())});
   auto replay = [&](cudaGraphExec_t exec) {
-    EXPECT_EQ(cudaMemsetAsync(out.data(), 0xff, out.bytes(), s), cudaSuccess);
-    EXPECT_EQ(cudaMemsetAsync(lse.data(), 0xff, lse.bytes(), s), cudaSuccess);
+    d.poison(s);
     EXPECT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
     be->synchronize(s);
-    return Run{to_host<std::uint8_t>(*be, out.data(), out.bytes()),
-               to_host<float>(*be, lse.data(), std::size_t(rows) * H)};
+    return Run{d.out_bytes(), d.lse_values()};
   };
   auto capture = [&] {
     be->decode(args, s);  // uploads step1
