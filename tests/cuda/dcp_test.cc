@@ -66,23 +66,11 @@ TEST(CudaDcp, AgreesWithCpuBackend) {
   }
 }
 
-// (c) The SPEC vector batches: warm-up (8, 1) T = [100, 40] on W = 2, ragged (3, 1)
-// T = [31, 35] (causal and non-causal), ragged (8, 2) T = [100, 40].
+// (c) The SPEC vector batches (testing::spec_batches) on W = 2 and 4.
 TEST(CudaDcp, SpecVectorBatches) {
   DCPMLA_REQUIRE_GPU();
-  struct Vec {
-    std::vector<int> q;
-    std::vector<std::int64_t> t;
-    std::vector<Mask> masks;
-  };
-  const std::vector<Vec> vectors = {
-      {{8, 1}, {100, 40}, {}},
-      {{3, 1}, {31, 35}, {}},
-      {{3, 1}, {31, 35}, {Mask::full, Mask::full}},
-      {{8, 2}, {100, 40}, {}},
-  };
   int seed = 1;
-  for (const Vec& v : vectors) {
+  for (const testing::SpecBatch& v : testing::spec_batches()) {
     for (int W : {2, 4}) {
       for (DType kv : {DType::bf16, DType::fp8_e4m3, DType::f32}) {
         for (Combine combine : {Combine::ag_rs, Combine::a2a}) {

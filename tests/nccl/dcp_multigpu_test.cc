@@ -136,21 +136,10 @@ TEST_F(DcpMultiGpu, EmptyRanksAndPaddingRows) {
   }
 }
 
-// The SPEC's batches: warm-up (8, 1) T = [100, 40], ragged (8, 2) and (3, 1) with a non-causal
-// request, 128 heads as DeepSeek-V3 has.
+// The SPEC's batches (testing::spec_batches), 128 heads as DeepSeek-V3 has.
 TEST_F(DcpMultiGpu, SpecVectorBatches) {
-  struct Vec {
-    std::vector<int> q;
-    std::vector<std::int64_t> t;
-    std::vector<Mask> masks;
-  };
-  const std::vector<Vec> vectors = {
-      {{8, 1}, {100, 40}, {}},
-      {{8, 2}, {100, 40}, {}},
-      {{3, 1}, {31, 35}, {Mask::causal, Mask::full}},
-  };
   int seed = 120;
-  for (const Vec& v : vectors) {
+  for (const testing::SpecBatch& v : testing::spec_batches()) {
     for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
       for (Combine combine : {Combine::ag_rs, Combine::a2a}) {
         sim::ScenarioSpec spec;

@@ -54,6 +54,22 @@ inline sim::Scenario custom_scenario(sim::ScenarioSpec spec, const std::vector<i
   return sim::make_fixed_scenario(spec, q_lens, total_len, masks);
 }
 
+// The SPEC's end-to-end batches (query lengths, global lengths, masks; empty masks = causal): the
+// warm-up (8, 1) T = [100, 40], the ragged (3, 1) T = [31, 35] causal, non-causal and mixed,
+// and the ragged (8, 2) T = [100, 40].
+struct SpecBatch {
+  std::vector<int> q;
+  std::vector<std::int64_t> t;
+  std::vector<Mask> masks;
+};
+inline std::vector<SpecBatch> spec_batches() {
+  return {{{8, 1}, {100, 40}, {}},
+          {{3, 1}, {31, 35}, {}},
+          {{3, 1}, {31, 35}, {Mask::full, Mask::full}},
+          {{3, 1}, {31, 35}, {Mask::causal, Mask::full}},
+          {{8, 2}, {100, 40}, {}}};
+}
+
 // The same problem with every physical block id renamed through a random permutation of the
 // cache (num_blocks unchanged): the results must not change by a single bit.
 inline sim::Scenario permute_block_ids(const sim::Scenario& sc, std::uint64_t seed) {
