@@ -98,6 +98,19 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
     if (a.timer) a.timer->mark(point, s);
   };
   mark(DcpStepPoint::begin);
+  if (W == 1) {
+    // No DCP: the local query is the whole query and the local result the final one (a merge of
+    // one partial is the identity, bit for bit), so decode straight into out and lse.
+    mark(DcpStepPoint::query_gathered);
+    DecodeArgs direct = decode;
+    direct.q = a.q_local;
+    direct.out = a.out;
+    direct.lse = a.lse;
+    backend.decode(direct, s);
+    mark(DcpStepPoint::decoded);
+    mark(DcpStepPoint::combined);
+    return;
+  }
   comm.all_gather(a.q_local.data, gathered.data, std::size_t(N * Hl * kHeadDim), qt, s);
   backend.unpack_query({gathered, q}, s);
   mark(DcpStepPoint::query_gathered);

@@ -17,6 +17,21 @@ namespace {
 
 using testing::custom_scenario;
 
+// A one-rank group that fails the test on any collective: W = 1 steps must not need one.
+class NoCollectives final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int world() const override { return 1; }
+  void all_gather(const void*, void*, std::size_t, DType, Stream) override { fail("all_gather"); }
+  void reduce_scatter_sum(const float*, float*, std::size_t, Stream) override {
+    fail("reduce_scatter_sum");
+  }
+  void all_to_all(const void*, void*, std::size_t, DType, Stream) override { fail("all_to_all"); }
+
+ private:
+  static void fail(const char* what) { ADD_FAILURE() << "W = 1 step called " << what; }
+};
+
 struct StepOut {
   std::vector<float> out;  // [rows, H, 512] assembled from all ranks
   std::vector<float> lse;  // [rows, H]
@@ -41,7 +56,9 @@ std::vector<StepOut> run_steps(const std::vector<sim::Scenario>& steps, Combine 
     threads.emplace_back([&, r] {
       try {
         auto be = make_cpu_backend(1);
-        InProcessCommunicator comm(group, r);
+        InProcessCommunicator in_process(group, r);
+        NoCollectives none;
+        Communicator& comm = W == 1 ? static_cast<Communicator&>(none) : in_process;
         DcpWorkspace ws(*be, W, max_rows, Hl, DType::f32, decode_bytes);
         for (std::size_t s = 0; s < steps.size(); ++s) {
           const auto& sc = steps[s];
@@ -126,6 +143,7 @@ sim::ScenarioSpec spec_for(int W, int H, std::uint64_t seed) {
   return s;
 }
 
+// (run_steps gives W = 1 a communicator that fails on any collective: the step decodes directly.)
 TEST(DcpStep, SingleRankEqualsThePlainDecode) {
   const auto sc = custom_scenario(spec_for(1, 4, 1), {8, 1, 3}, {100, 40, 3}, {}, 2);
   for (Combine c : {Combine::ag_rs, Combine::a2a}) {
