@@ -167,5 +167,6 @@ else
   log "compute-sanitizer not found; skipped"
 fi
 
-log "done, status $status"
+log "done, status $status (logs packed into outputs.tgz)"
+scripts/pack_outputs.sh "$OUT"  # cwd is the repository root
 exit $status

@@ -140,5 +140,6 @@ if want bench; then
   fi
 fi
 
-log "done, status $status"
+log "done, status $status (logs packed into outputs.tgz)"
+scripts/pack_outputs.sh "$OUT"  # cwd is the repository root
 exit $status

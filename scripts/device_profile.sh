@@ -2,9 +2,11 @@
 # Nsight Compute profile of the decode kernel on the GPU machine, after scripts/device_gpu.sh has
 # built build-gpu: for each benchmark group given (default: the memory-bound and a compute-bound
 # FlashMLA shape), the first decode launch's speed-of-light, pipe utilisation, shared-memory and
-# warp-stall sections. Reports go to $OUT/profile-<n>.txt.
+# warp-stall sections. Reports go to $OUT/profile-<n>.txt. With DCPMLA_PROFILE_SOURCE=1 the
+# source-counter section is collected too and the SASS lines with the most warp-stall samples
+# are listed in $OUT/profile-<n>-sass.txt (the per-instruction view of where the time goes).
 #
-#   run: scripts/device_profile.sh [--filter group]... (after scripts/device_gpu.sh)
+#   run: scripts/device_profile.sh [group:index]... (after scripts/device_gpu.sh)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-$PWD/gpu-out}
@@ -33,13 +35,36 @@ for spec in ${shapes[@]}; do
   n=$((n + 1))
   # Past the 5 warm-up calls.
   # Clocks as in the benchmark (not locked to base), plus the stall reasons and pipe activity.
+  source_args=()
+  [ "${DCPMLA_PROFILE_SOURCE:-0}" = 1 ] &&
+    source_args=(--section SourceCounters --export "/tmp/profile-$n" --force-overwrite)
   timeout 240 ncu --kernel-name "regex:${DCPMLA_PROFILE_KERNEL:-decode_(tc|ws)_kernel}" \
     --launch-skip 5 --launch-count 1 --clock-control none \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     --section WarpStateStats --section SchedulerStats --section Occupancy \
-    --metrics "$metrics" \
+    ${source_args[@]+"${source_args[@]}"} --metrics "$metrics" \
     "$bench" --filter "$group" --index "$index" --reps 1 --out /tmp/profile.json > "$OUT/profile-$n.txt" 2>&1
   echo "== profile $n ($spec): rc $?"
+  if [ "${DCPMLA_PROFILE_SOURCE:-0}" = 1 ] && [ -f "/tmp/profile-$n.ncu-rep" ]; then
+    # Per-instruction stall samples (SASS), the lines with the most samples first.
+    ncu --import "/tmp/profile-$n.ncu-rep" --page source --print-source sass --csv \
+      > "/tmp/profile-$n-sass.csv" 2> "$OUT/profile-$n-sass.err"
+    python3 - "/tmp/profile-$n-sass.csv" > "$OUT/profile-$n-sass.txt" <<'PY' || true
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+head = next((i for i, r in enumerate(rows) if any("Sampling" in c for c in r)), None)
+if head is None:
+    print("no sampling columns; first lines:"); [print(",".join(r)) for r in rows[:20]]; sys.exit()
+cols = rows[head]
+samp = next(i for i, c in enumerate(cols) if "Warp Stall Sampling (All" in c)
+src = next((i for i, c in enumerate(cols) if c.strip() in ("Source", "# Source")), 1)
+body = [r for r in rows[head + 1:] if len(r) > samp and r[samp].replace(".", "").isdigit()]
+total = sum(float(r[samp]) for r in body) or 1
+print(f"{len(body)} SASS lines, {total:.0f} stall samples; top 80:")
+for r in sorted(body, key=lambda r: -float(r[samp]))[:80]:
+    print(f"{100 * float(r[samp]) / total:5.1f}%  {r[src].strip()}")
+PY
+  fi
   grep -E "Duration|SM Frequency|Throughput|Issued Ipc|Eligible Warps|issue_stalled|pipe_tensor|wavefronts|inst_executed|cycles" \
     "$OUT/profile-$n.txt" | awk '$NF+0 > 0.05 || !/issue_stalled/' | head -60
 done
