@@ -1,5 +1,6 @@
-// The decode kernel, v2: tensor cores (sm_90a warpgroup MMA) for a bf16 query against a bf16 or
-// fp8 e4m3 latent cache.
+// The decode kernel, v2: tensor cores (sm_90a warpgroup MMA) for a bf16 query against an fp8
+// e4m3 latent cache. (bf16 caches run v3, decode_ws_kernel.cuh; v2's cp.async loader for them
+// went with that switch, see commit 0bb1bbc.)
 //
 // One thread block (two warpgroups, 256 threads) per DecodeTile: up to 64 (row, head) pairs of one
 // work item (pair = j * H + h) against the item's local KV range, walked in tiles of 64 tokens
@@ -48,42 +49,6 @@ static_assert(kSmemBytes <= 227u * 1024u, "sm_90 allows 227 KiB of shared memory
 // Fills one KV stage with the tokens whose cache rows are in `entries`.
 template <Cache C>
 struct KvLoader;
-
-// bf16: asynchronous 16-byte copies straight into the swizzled tile; nothing to finish. Thread
-// tid copies units u = tid % 4 + 4 i (i < 18) of token tid / 4, so unit u lies in chunk i / 2 at
-// column tid % 4 + 4 (i % 2): one block-table entry per thread and tile, and every address is a
-// per-thread base plus a compile-time constant.
-template <>
-struct KvLoader<Cache::bf16> {
-  static constexpr int kUnitsPerToken = kHeadDim * 2 / 16;   // 72
-  static constexpr int kThreadsPerToken = kThreads / kKeys;  // 4
-  static constexpr int kPerThread = kUnitsPerToken / kThreadsPerToken;
-  static_assert(kThreadsPerToken == 4 && kUnitsPerToken % kThreadsPerToken == 0);
-
-  __device__ __forceinline__ void issue(const void* cache, const std::int64_t* entries,
-                                        std::uint32_t stage, int tid) {
-    const int t = tid / kThreadsPerToken, first = tid % kThreadsPerToken;
-    const std::int64_t e = entries[t];
-    const auto* src =
-        static_cast<const unsigned char*>(cache) + (e >= 0 ? e : 0) * (kHeadDim * 2) + first * 16;
-    const std::uint32_t row = stage + t * 128u;
-    const std::uint32_t col[2] = {row + ((std::uint32_t(first) ^ (t & 7)) << 4),
-                                  row + ((std::uint32_t(first + 4) ^ (t & 7)) << 4)};
-    if (e >= 0) {
-#pragma unroll
-      for (int i = 0; i < kPerThread; ++i) {
-        cp_async16(col[i & 1] + (i >> 1) * kChunkBytes, src + 64 * i);
-      }
-    } else {
-      const std::uint32_t fill = e == kEntryNone ? 0u : 0x7fc07fc0u;  // zeros or bf16 NaN
-#pragma unroll
-      for (int i = 0; i < kPerThread; ++i) {
-        st_shared16(col[i & 1] + (i >> 1) * kChunkBytes, make_uint4(fill, fill, fill, fill));
-      }
-    }
-  }
-  __device__ __forceinline__ void finish(std::uint32_t, int) {}
-};
 
 // fp8: 16-byte global loads into registers at issue(); widened to bf16 (exact: every e4m3 value
 // is a bf16 value) and stored at finish(), which the kernel calls while MMAs run. Thread tid
