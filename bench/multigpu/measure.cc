@@ -4,6 +4,7 @@
 #include <atomic>
 #include <barrier>
 #include <exception>
+#include <iterator>
 #include <memory>
 #include <thread>
 
@@ -24,10 +25,17 @@ struct RankRecord {
   std::vector<float> loop_ms;                   // [combine]
 };
 
-CombineTiming summarize(Combine combine, std::size_t c, const std::vector<RankRecord>& ranks,
-                        int steps) {
+struct Variant {
+  Combine combine;
+  DType payload;
+};
+constexpr Variant kVariants[] = {
+    {Combine::ag_rs, DType::f32}, {Combine::a2a, DType::f32}, {Combine::a2a, DType::bf16}};
+
+CombineTiming summarize(Variant v, std::size_t c, const std::vector<RankRecord>& ranks, int steps) {
   CombineTiming t;
-  t.combine = combine;
+  t.combine = v.combine;
+  t.payload = v.payload;
   std::vector<double> gather, decode, comb, step;
   for (int i = 0; i < steps; ++i) {
     double g = 0, d = 0, k = 0, s = 0;
@@ -61,7 +69,6 @@ CombineTiming summarize(Combine combine, std::size_t c, const std::vector<RankRe
 ShapeTiming measure(const NcclLocalGroup& group, const Shape& shape, const MeasureOptions& o) {
   const int W = group.world();
   const ShapeBatch sb = make_batch(shape, W, o.block_size);
-  const Combine combines[] = {Combine::ag_rs, Combine::a2a};
 
   ShapeTiming result;
   result.world = W;
@@ -89,13 +96,13 @@ ShapeTiming measure(const NcclLocalGroup& group, const Shape& shape, const Measu
       try {
         Communicator& comm = group.communicator(r);
         RankRecord& rec = records[std::size_t(r)];
-        for (Combine c : combines) {
-          for (int i = 0; i < o.warmup; ++i) step->run(comm, c, nullptr);
+        for (const Variant& v : kVariants) {
+          for (int i = 0; i < o.warmup; ++i) step->run(comm, v.combine, v.payload, nullptr);
           step->synchronize();
           sync.arrive_and_wait();  // start the timed steps together
           for (int i = 0; i < o.steps; ++i) {
             timer->set_step(i);
-            step->run(comm, c, timer.get());
+            step->run(comm, v.combine, v.payload, timer.get());
           }
           step->synchronize();
           std::vector<StepPhases> phases;
@@ -122,8 +129,8 @@ ShapeTiming measure(const NcclLocalGroup& group, const Shape& shape, const Measu
     if (e) std::rethrow_exception(e);
   }
   result.output_finite = all_finite;
-  for (std::size_t c = 0; c < 2; ++c) {
-    result.combines.push_back(summarize(combines[c], c, records, o.steps));
+  for (std::size_t c = 0; c < std::size(kVariants); ++c) {
+    result.combines.push_back(summarize(kVariants[c], c, records, o.steps));
   }
   return result;
 }

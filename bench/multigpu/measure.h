@@ -1,7 +1,8 @@
-// Times one shape as a W-rank DCP step on GPUs 0..W-1 over NCCL, both combines, with CUDA events
-// around every phase of every step.
+// Times one shape as a W-rank DCP step on GPUs 0..W-1 over NCCL, every combine variant (ag_rs, a2a,
+// a2a with a bf16 payload), with CUDA events around every phase of every step.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "dcpmla/dcp.h"
@@ -19,6 +20,11 @@ struct Stat {
 // the pace), then the median and minimum over the timed steps.
 struct CombineTiming {
   Combine combine = Combine::ag_rs;
+  DType payload = DType::f32;  // the a2a all-to-all's payload (DcpStepArgs::combine_payload)
+  // "ag_rs", "a2a" or "a2a/bf16".
+  std::string label() const {
+    return std::string(to_string(combine)) + (payload == DType::bf16 ? "/bf16" : "");
+  }
   Stat query_gather, decode, combine_phase, step;
   double loop_us_per_step = 0;  // first begin to last end over the timed steps, / steps (max over
                                 // ranks): includes any gap between steps (host launch time)
@@ -32,7 +38,7 @@ struct ShapeTiming {
   double flops = 0;              // the step's attention FLOPs, all ranks together
   std::size_t work_items = 0;    // rank 0's plan
   bool output_finite = true;
-  std::vector<CombineTiming> combines;  // ag_rs, then a2a
+  std::vector<CombineTiming> combines;  // ag_rs, a2a, a2a with the bf16 payload
 };
 
 struct MeasureOptions {

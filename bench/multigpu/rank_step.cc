@@ -84,8 +84,9 @@ RankStep::~RankStep() {
   }
 }
 
-void RankStep::run(Communicator& comm, Combine combine, DcpStepTimer* timer) {
+void RankStep::run(Communicator& comm, Combine combine, DType payload, DcpStepTimer* timer) {
   args_.combine = combine;
+  args_.combine_payload = payload;
   args_.timer = timer;
   dcp_step(*backend_, comm, *workspace_, args_, stream_);
 }

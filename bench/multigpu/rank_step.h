@@ -24,7 +24,7 @@ class RankStep {
   ~RankStep();
 
   // Enqueues one step on this rank's stream (no host synchronisation).
-  void run(Communicator& comm, Combine combine, DcpStepTimer* timer);
+  void run(Communicator& comm, Combine combine, DType payload, DcpStepTimer* timer);
   void synchronize();
   // Downloads this rank's LSE: every row sees keys on every rank here, so all must be finite.
   bool output_finite();

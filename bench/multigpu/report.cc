@@ -5,10 +5,10 @@
 namespace dcpmla::bench {
 namespace {
 
-const CombineTiming* same_combine(const Measured* m, Combine c) {
+const CombineTiming* same_combine(const Measured* m, const CombineTiming& c) {
   if (m == nullptr) return nullptr;
   for (const auto& t : m->timing.combines) {
-    if (t.combine == c) return &t;
+    if (t.combine == c.combine && t.payload == c.payload) return &t;
   }
   return nullptr;
 }
@@ -21,7 +21,7 @@ nlohmann::json stat_json(const Stat& s) {
 
 void print_header() {
   fmt::print(
-      "{:>2} {:>6} {:>3} {:>11} {:>3} {:>5} {:<5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}\n", "W",
+      "{:>2} {:>6} {:>3} {:>11} {:>3} {:>5} {:<8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}\n", "W",
       "T", "H", "Q", "B", "rows", "comb", "gather_us", "decode_us", "combine", "step_us", "loop_us",
       "vs_W1", "comb/dec");
 }
@@ -29,13 +29,13 @@ void print_header() {
 void print_rows(const Measured& m, const Measured* baseline) {
   const Shape& s = m.shape;
   for (const CombineTiming& t : m.timing.combines) {
-    const CombineTiming* base = same_combine(baseline, t.combine);
+    const CombineTiming* base = same_combine(baseline, t);
     fmt::print(
-        "{:>2} {:>6} {:>3} {:>11} {:>3} {:>5} {:<5} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} "
+        "{:>2} {:>6} {:>3} {:>11} {:>3} {:>5} {:<8} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} "
         "{:>7} {:>6.1f}%{}\n",
-        m.timing.world, s.context, s.heads, s.q_label(), s.batch, m.timing.rows,
-        to_string(t.combine), t.query_gather.median_us, t.decode.median_us,
-        t.combine_phase.median_us, t.step.median_us, t.loop_us_per_step,
+        m.timing.world, s.context, s.heads, s.q_label(), s.batch, m.timing.rows, t.label(),
+        t.query_gather.median_us, t.decode.median_us, t.combine_phase.median_us, t.step.median_us,
+        t.loop_us_per_step,
         base ? fmt::format("{:.3f}", t.step.median_us / base->step.median_us) : "-",
         100 * t.combine_phase.median_us / t.decode.median_us,
         m.timing.output_finite ? "" : "  NON-FINITE OUTPUT");
@@ -46,8 +46,8 @@ nlohmann::json to_json(const Measured& m, const Measured* baseline) {
   const Shape& s = m.shape;
   nlohmann::json combines = nlohmann::json::array();
   for (const CombineTiming& t : m.timing.combines) {
-    const CombineTiming* base = same_combine(baseline, t.combine);
-    nlohmann::json c{{"combine", to_string(t.combine)},
+    const CombineTiming* base = same_combine(baseline, t);
+    nlohmann::json c{{"combine", t.label()},
                      {"query_gather", stat_json(t.query_gather)},
                      {"decode", stat_json(t.decode)},
                      {"combine_phase", stat_json(t.combine_phase)},
@@ -95,11 +95,11 @@ nlohmann::json targets(const std::vector<Measured>& all) {
     if (m.timing.world < 2) continue;
     for (const CombineTiming& t : m.timing.combines) {
       if (s.context == 131072 && !s.ragged && m.timing.world == 2) {
-        if (const CombineTiming* base = same_combine(find_w1(s), t.combine)) {
+        if (const CombineTiming* base = same_combine(find_w1(s), t)) {
           const double ratio = t.step.median_us / base->step.median_us;
           out.push_back({{"target", "step(W=2) <= 0.55 x step(W=1) at 128K context, Q = 1"},
                          {"shape", s.name()},
-                         {"combine", to_string(t.combine)},
+                         {"combine", t.label()},
                          {"value", ratio},
                          {"limit", 0.55},
                          {"met", ratio <= 0.55}});
@@ -110,7 +110,7 @@ nlohmann::json targets(const std::vector<Measured>& all) {
         out.push_back({{"target", "combine <= 10 % of attention time at 32K context, batch 32"},
                        {"shape", s.name()},
                        {"world", m.timing.world},
-                       {"combine", to_string(t.combine)},
+                       {"combine", t.label()},
                        {"value", frac},
                        {"limit", 0.10},
                        {"met", frac <= 0.10}});

@@ -53,20 +53,27 @@ struct CombineRescaleArgs {
 void validate(const CombineRescaleArgs& args);
 
 // a2a pack: this rank's partial O and LSE, split by destination head group into the one
-// all-to-all payload. Each (row, head) is 513 floats: O (512) then LSE.
+// all-to-all payload. Each (row, head) is, with an fp32 payload, 513 floats: O (512) then LSE;
+// with a bf16 payload (half the bytes), 514 bf16 slots: O (512, rounded to bf16) then the fp32
+// LSE's bits in the last two slots (low half first). The merge is fp32 either way.
 inline constexpr int kPackedRow = kLatentDim + 1;
+inline constexpr int kPackedRowBf16 = kLatentDim + 2;
+// Slots of a packed row for a payload dtype (f32 or bf16).
+inline constexpr int packed_row(DType payload) {
+  return payload == DType::bf16 ? kPackedRowBf16 : kPackedRow;
+}
 
 struct CombinePackArgs {
   int world = 1;
   TensorRef partial_out;  // [N, H, 512] f32
   TensorRef partial_lse;  // [N, H] f32
-  TensorRef send;         // [W, N, H/W, 513] f32
+  TensorRef send;         // [W, N, H/W, 513] f32 or [W, N, H/W, 514] bf16
 };
 void validate(const CombinePackArgs& args);
 
 // a2a merge on the receiver: the W partials of this rank's heads -> final O and LSE.
 struct CombineMergeArgs {
-  TensorRef recv;  // [W, N, Hl, 513] f32
+  TensorRef recv;  // [W, N, Hl, 513] f32 or [W, N, Hl, 514] bf16 (see kPackedRowBf16)
   TensorRef out;   // [N, Hl, 512] f32 or bf16
   TensorRef lse;   // [N, Hl] f32
 };

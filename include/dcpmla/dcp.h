@@ -60,6 +60,9 @@ struct DcpStepArgs {
   float softmax_scale = 0.0f;
   float q_scale = 1.0f;
   Combine combine = Combine::ag_rs;
+  // a2a: the payload of the all-to-all, f32 or bf16 (half the bytes: O is rounded to bf16 before
+  // the fp32 merge; the LSE stays fp32). ag_rs sums in its collective and takes f32 only.
+  DType combine_payload = DType::f32;
   DcpStepTimer* timer = nullptr;  // optional; nullptr costs one branch per phase
 };
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
 #include "dcpmla/numeric.h"
 
@@ -46,10 +47,19 @@ DCPMLA_HD float weight(float l, float merged) {
   return expf(l - merged);
 }
 
-// Merges n partials of one row and head: o[r * o_stride + d], lse[r * lse_stride].
-// out[d] = sum_r weight_r * o_r[d], skipping zero weights; returns the merged lse.
-template <class OutT, class Store>
-DCPMLA_HD float merge_partials(int n, const float* o, long o_stride, const float* lse,
+// A partial's O element as a float: fp32 as it is, bf16 (its raw bits) widened exactly.
+DCPMLA_HD float partial_value(float x) {
+  return x;
+}
+DCPMLA_HD float partial_value(std::uint16_t bf16) {
+  return bf16_to_float(bf16);
+}
+
+// Merges n partials of one row and head: o[r * o_stride + d] (fp32, or bf16 bits), lse[r *
+// lse_stride]. out[d] = sum_r weight_r * o_r[d] in fp32, skipping zero weights; returns the merged
+// lse.
+template <class InT, class OutT, class Store>
+DCPMLA_HD float merge_partials(int n, const InT* o, long o_stride, const float* lse,
                                long lse_stride, int dim, OutT* out, Store store) {
   LseAccumulator acc;
   for (int r = 0; r < n; ++r) acc.add(lse[r * lse_stride]);
@@ -58,7 +68,7 @@ DCPMLA_HD float merge_partials(int n, const float* o, long o_stride, const float
     float sum = 0.0f;
     for (int r = 0; r < n; ++r) {
       const float w = weight(lse[r * lse_stride], merged);
-      if (w != 0.0f) sum += w * o[r * o_stride + d];
+      if (w != 0.0f) sum += w * partial_value(o[r * o_stride + d]);
     }
     out[d] = store(sum);
   }

@@ -87,6 +87,11 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
                     a.softmax_scale,
                     a.q_scale,
                     ws.decode.tensor(DType::fp8_e4m3, {std::int64_t(ws.decode.bytes())})};
+  require(a.combine_payload == DType::f32 ||
+              (a.combine_payload == DType::bf16 && a.combine == Combine::a2a),
+          ErrorCode::invalid_argument, "combine_payload",
+          "f32, or bf16 with the a2a combine (ag_rs sums in fp32)",
+          fmt::format("{} with {}", to_string(a.combine_payload), to_string(a.combine)));
   // Every check happens before the first collective, so bad input cannot leave peers waiting
   // in a collective this rank never joins (when all ranks see the same bad input).
   validate(decode);
@@ -127,10 +132,13 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
                             std::size_t(N * Hl * kLatentDim), s);
     backend.convert({summed, a.out}, s);
   } else {
-    const TensorRef send = ws.send_out.tensor(DType::f32, {W, N, Hl, kPackedRow});
-    const TensorRef recv = ws.recv_out.tensor(DType::f32, {W, N, Hl, kPackedRow});
+    const DType pt = a.combine_payload;
+    const std::int64_t row = packed_row(pt);
+    // The workspace is sized for the fp32 rows, which are the larger.
+    const TensorRef send = ws.send_out.tensor(pt, {W, N, Hl, row});
+    const TensorRef recv = ws.recv_out.tensor(pt, {W, N, Hl, row});
     backend.combine_pack({W, partial_out, partial_lse, send}, s);
-    comm.all_to_all(send.data, recv.data, std::size_t(N * Hl * kPackedRow), DType::f32, s);
+    comm.all_to_all(send.data, recv.data, std::size_t(N * Hl * row), pt, s);
     backend.combine_merge({recv, a.out, a.lse}, s);
   }
   mark(DcpStepPoint::combined);

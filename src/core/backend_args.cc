@@ -88,12 +88,12 @@ void validate(const CombinePackArgs& a) {
   const auto W = std::int64_t(a.world), Hl = H / W;
   check_tensor(a.partial_out, "partial_out", DType::f32, {N, H, kLatentDim});
   check_tensor(a.partial_lse, "partial_lse", DType::f32, {N, H});
-  check_tensor(a.send, "send", DType::f32, {W, N, Hl, kPackedRow});
+  check_tensor(a.send, "send", {DType::f32, DType::bf16}, {W, N, Hl, packed_row(a.send.dtype)});
 }
 
 void validate(const CombineMergeArgs& a) {
   const auto W = dim(a.recv, 0), N = dim(a.recv, 1), Hl = dim(a.recv, 2);
-  check_tensor(a.recv, "recv", DType::f32, {W, N, Hl, kPackedRow});
+  check_tensor(a.recv, "recv", {DType::f32, DType::bf16}, {W, N, Hl, packed_row(a.recv.dtype)});
   check_tensor(a.out, "out", {DType::f32, DType::bf16}, {N, Hl, kLatentDim});
   check_tensor(a.lse, "lse", DType::f32, {N, Hl});
 }

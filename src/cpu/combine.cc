@@ -80,12 +80,21 @@ void combine_pack(ThreadPool& pool, const CombinePackArgs& a) {
   const std::int64_t Hl = H / W;
   const auto* po = a.partial_out.as<const float>();
   const auto* pl = a.partial_lse.as<const float>();
-  auto* send = a.send.as<float>();
+  const bool bf16 = a.send.dtype == DType::bf16;
+  const std::int64_t row = packed_row(a.send.dtype);
   pool.parallel_for(N, [&](std::int64_t n, int) {
     for (std::int64_t h = 0; h < H; ++h) {
-      float* dst = send + (((h / Hl) * N + n) * Hl + h % Hl) * kPackedRow;
-      std::memcpy(dst, po + (n * H + h) * kLatentDim, kLatentDim * sizeof(float));
-      dst[kLatentDim] = pl[n * H + h];
+      const std::int64_t slot = (((h / Hl) * N + n) * Hl + h % Hl) * row;
+      const float* src = po + (n * H + h) * kLatentDim;
+      if (bf16) {
+        auto* dst = a.send.as<std::uint16_t>() + slot;
+        for (int d = 0; d < kLatentDim; ++d) dst[d] = float_to_bf16(src[d]);
+        std::memcpy(dst + kLatentDim, &pl[n * H + h], sizeof(float));
+      } else {
+        float* dst = a.send.as<float>() + slot;
+        std::memcpy(dst, src, kLatentDim * sizeof(float));
+        dst[kLatentDim] = pl[n * H + h];
+      }
     }
   });
 }
@@ -93,17 +102,28 @@ void combine_pack(ThreadPool& pool, const CombinePackArgs& a) {
 void combine_merge(ThreadPool& pool, const CombineMergeArgs& a) {
   validate(a);
   const std::int64_t W = a.recv.shape[0], N = a.recv.shape[1], Hl = a.recv.shape[2];
-  const auto* recv = a.recv.as<const float>();
-  const long peer_stride = long(N * Hl * kPackedRow);
+  const bool bf16 = a.recv.dtype == DType::bf16;
+  const std::int64_t row = packed_row(a.recv.dtype);
+  const long peer_stride = long(N * Hl * row);  // in payload elements
   const std::size_t elem = dtype_size(a.out.dtype);
   pool.parallel_for(N, [&](std::int64_t n, int) {
     float merged[kLatentDim];
     for (std::int64_t h = 0; h < Hl; ++h) {
       const std::int64_t i = n * Hl + h;
-      const float* first = recv + i * kPackedRow;
-      a.lse.as<float>()[i] =
-          merge::merge_partials(int(W), first, peer_stride, first + kLatentDim, peer_stride,
-                                kLatentDim, merged, [](float x) { return x; });
+      auto identity = [](float x) { return x; };
+      float l;
+      if (bf16) {
+        // The LSE's bits sit in slots 512-513: 4-byte aligned, as the row is 1028 bytes.
+        const auto* first = a.recv.as<const std::uint16_t>() + i * row;
+        const auto* lse = reinterpret_cast<const float*>(first + kLatentDim);
+        l = merge::merge_partials(int(W), first, peer_stride, lse, peer_stride / 2, kLatentDim,
+                                  merged, identity);
+      } else {
+        const float* first = a.recv.as<const float>() + i * row;
+        l = merge::merge_partials(int(W), first, peer_stride, first + kLatentDim, peer_stride,
+                                  kLatentDim, merged, identity);
+      }
+      a.lse.as<float>()[i] = l;
       store_f32(merged, kLatentDim, 1.0f, a.out.dtype,
                 a.out.as<std::uint8_t>() + std::size_t(i) * kLatentDim * elem);
     }

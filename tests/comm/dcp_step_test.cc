@@ -10,6 +10,8 @@
 #include "dcpmla/comm.h"
 #include "dcpmla/cpu_backend.h"
 #include "dcpmla/dcp.h"
+#include "dcpmla/error.h"
+#include "dcpmla/sim/runner.h"
 #include "sim/test_support.h"
 
 namespace dcpmla {
@@ -158,6 +160,41 @@ TEST(DcpStep, SingleRankEqualsThePlainDecode) {
       for (std::size_t i = 0; i < step.lse.size(); ++i) {
         ASSERT_EQ(step.lse[i], direct.lse[i]) << to_string(c) << " " << i;
       }
+    }
+  }
+}
+
+// The a2a combine with a bf16 payload: the LSE travels in fp32 (identical), O within one bf16
+// rounding of the fp32-payload result, and the reference comparison passes with the tolerance
+// that accounts for it. ag_rs (which sums in its collective) refuses it.
+TEST(DcpStep, Bf16PayloadOfTheA2aCombine) {
+  for (int W : {2, 4}) {
+    auto spec = spec_for(W, 4 * W, 40 + W);  // f32 query and output: the payload is the only bf16
+    const auto sc = custom_scenario(spec, {8, 1, 4, 2}, {100, 40, 5, 2}, {}, 1);
+    sim::RunOptions f32_payload;
+    f32_payload.combine = Combine::a2a;
+    sim::RunOptions bf16_payload = f32_payload;
+    bf16_payload.combine_payload = DType::bf16;
+    const auto f = sim::run_dcp(sc, testing::cpu1(), f32_payload);
+    const auto b = sim::run_dcp(sc, testing::cpu1(), bf16_payload);
+    EXPECT_EQ(b.lse, f.lse) << "W = " << W;
+    EXPECT_NE(b.out, f.out) << "W = " << W << ": the payload was not rounded";
+    for (std::size_t i = 0; i < f.out.size(); ++i) {
+      // |sum_r w_r (round(o_r) - o_r)| <= 2^-8 max_r |o_r| (bf16 unit roundoff), |o_r| < 8.
+      ASSERT_NEAR(b.out[i], f.out[i], 8.0 / 256) << "W = " << W << " element " << i;
+    }
+    const auto cmp =
+        sim::compare(sc, b, sim::run_reference(sc), sim::tolerance_for(spec, bf16_payload));
+    EXPECT_TRUE(cmp.pass) << testing::describe(cmp);
+
+    sim::RunOptions bad = bf16_payload;
+    bad.combine = Combine::ag_rs;
+    try {
+      sim::run_dcp(sc, testing::cpu1(), bad);
+      ADD_FAILURE() << "ag_rs accepted a bf16 payload";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+      EXPECT_EQ(e.argument(), "combine_payload");
     }
   }
 }

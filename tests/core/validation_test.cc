@@ -771,12 +771,20 @@ TEST(Validation, CombineAndLayoutKernels) {
       ErrorCode::out_of_range, "rank");
   expect_error(
       [&] {
-        be->combine_merge({TensorRef(send.data(), DType::bf16, {2, N, 3, kPackedRow}),
+        be->combine_merge({TensorRef(send.data(), DType::fp8_e4m3, {2, N, 3, kPackedRow}),
                            TensorRef(po.data(), DType::f32, {N, 3, kLatentDim}),
                            TensorRef(lse_out.data(), DType::f32, {N, 3})},
                           nullptr);
       },
       ErrorCode::dtype_mismatch, "recv");
+  expect_error(  // a bf16 payload has 514 slots per row, not 513
+      [&] {
+        be->combine_merge({TensorRef(send.data(), DType::bf16, {2, N, 3, kPackedRow}),
+                           TensorRef(po.data(), DType::f32, {N, 3, kLatentDim}),
+                           TensorRef(lse_out.data(), DType::f32, {N, 3})},
+                          nullptr);
+      },
+      ErrorCode::shape_mismatch, "recv");
   expect_error(
       [&] {
         be->combine_merge({TensorRef(po.data(), DType::f32, {2, N, 3, kPackedRow}),

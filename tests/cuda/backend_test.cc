@@ -628,6 +628,34 @@ TEST(CudaBackend, CombineKernelsMatchCpu) {
     expect_close(to_host<float>(*be, dlse.data(), lse_cpu.size()), lse_cpu, 1e-6,
                  "combine_merge lse");
   }
+
+  // The bf16 payload: packed bytes identical to the CPU's, merge of the CPU-packed rows alike.
+  const std::size_t row16 = kPackedRowBf16;
+  std::vector<std::uint16_t> packed16_cpu(std::size_t(W) * N * Hl * row16);
+  cpu->combine_pack({W, TensorRef(po.data(), DType::f32, {N, H, kLatentDim}),
+                     TensorRef(pl.data(), DType::f32, {N, H}),
+                     TensorRef(packed16_cpu.data(), DType::bf16, {W, N, Hl, kPackedRowBf16})},
+                    nullptr);
+  DeviceBuffer dpacked16(*be, packed16_cpu.size() * 2);
+  be->combine_pack({W, dpo.tensor(DType::f32, {N, H, kLatentDim}), dpl.tensor(DType::f32, {N, H}),
+                    dpacked16.tensor(DType::bf16, {W, N, Hl, kPackedRowBf16})},
+                   nullptr);
+  EXPECT_EQ(to_host<std::uint16_t>(*be, dpacked16.data(), packed16_cpu.size()), packed16_cpu);
+  std::vector<float> out16_cpu(std::size_t(N) * Hl * kLatentDim), lse16_cpu(std::size_t(N) * Hl);
+  // Merged as a receiver would (this rank's packed rows standing for W peers' ones).
+  cpu->combine_merge({TensorRef(packed16_cpu.data(), DType::bf16, {W, N, Hl, kPackedRowBf16}),
+                      TensorRef(out16_cpu.data(), DType::f32, {N, Hl, kLatentDim}),
+                      TensorRef(lse16_cpu.data(), DType::f32, {N, Hl})},
+                     nullptr);
+  DeviceBuffer dout16(*be, out16_cpu.size() * 4), dlse16(*be, lse16_cpu.size() * 4);
+  be->combine_merge(
+      {dpacked16.tensor(DType::bf16, {W, N, Hl, kPackedRowBf16}),
+       dout16.tensor(DType::f32, {N, Hl, kLatentDim}), dlse16.tensor(DType::f32, {N, Hl})},
+      nullptr);
+  expect_close(to_host<float>(*be, dout16.data(), out16_cpu.size()), out16_cpu, 1e-6,
+               "combine_merge out (bf16 payload)");
+  expect_close(to_host<float>(*be, dlse16.data(), lse16_cpu.size()), lse16_cpu, 1e-6,
+               "combine_merge lse (bf16 payload)");
 }
 
 TEST(CudaBackend, LayoutKernelsMatchCpuExactly) {

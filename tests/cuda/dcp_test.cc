@@ -22,7 +22,7 @@ std::string trace(const sim::Scenario& sc, const sim::RunOptions& o) {
 void expect_matches_reference(const sim::Scenario& sc, const sim::RunOptions& o) {
   SCOPED_TRACE(trace(sc, o));
   const auto got = sim::run_dcp(sc, factory(), o);
-  const auto cmp = sim::compare(sc, got, sim::run_reference(sc), sim::tolerance_for(sc.spec));
+  const auto cmp = sim::compare(sc, got, sim::run_reference(sc), sim::tolerance_for(sc.spec, o));
   EXPECT_TRUE(cmp.pass) << describe(cmp);
 }
 
@@ -51,7 +51,7 @@ TEST(CudaDcp, AgreesWithCpuBackend) {
     const auto gpu = sim::run_dcp(sc, factory(), c.options);
     const auto cpu = sim::run_dcp(sc, gpu_testing::cpu_factory(), c.options);
     const auto a = sim::agreement(gpu, cpu);
-    const auto tol = sim::tolerance_for(c.spec);
+    const auto tol = sim::tolerance_for(c.spec, c.options);
     EXPECT_LE(a.max_out_diff, tol.out);
     EXPECT_LE(a.max_lse_diff, tol.lse);
     for (std::size_t k = 0; k < cpu.lse.size(); ++k) {

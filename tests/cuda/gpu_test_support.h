@@ -182,6 +182,8 @@ inline Case random_case(std::mt19937_64& rng, bool large, std::uint64_t seed) {
       o.limits.min_chunk_blocks = pick({1, 2});
       break;
   }
+  // Half the a2a cases ship the bf16 payload (from the seed: the draws above stay as they were).
+  if (o.combine == Combine::a2a && (seed & 1)) o.combine_payload = DType::bf16;
   return c;
 }
 

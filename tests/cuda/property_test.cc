@@ -22,7 +22,8 @@ TEST_P(CudaSmallBatches, DcpMatchesReference) {
     const testing::PropertyCase c = testing::draw_case(testing::kBaseSeed + i, false);
     const sim::Scenario sc = sim::make_scenario(c.spec);
     const auto got = sim::run_dcp(sc, gpu_testing::factory(), c.options);
-    const auto cmp = sim::compare(sc, got, sim::run_reference(sc), sim::tolerance_for(c.spec));
+    const auto cmp =
+        sim::compare(sc, got, sim::run_reference(sc), sim::tolerance_for(c.spec, c.options));
     ASSERT_TRUE(cmp.pass) << testing::repro(std::uint64_t(i), c) << "\n"
                           << testing::describe_batch(sc.batch) << "\n"
                           << testing::describe(cmp);

@@ -34,7 +34,7 @@ bool run_case(std::uint64_t index, bool full_size) {
   const sim::Scenario sc = sim::make_scenario(c.spec);
   const auto got = sim::run_dcp(sc, testing::cpu1(), c.options);
   const auto want = sim::run_reference(sc);
-  const auto cmp = sim::compare(sc, got, want, sim::tolerance_for(c.spec));
+  const auto cmp = sim::compare(sc, got, want, sim::tolerance_for(c.spec, c.options));
   EXPECT_TRUE(cmp.pass) << repro(index, c) << "\n"
                         << testing::describe_batch(sc.batch) << "\n"
                         << testing::describe(cmp);

@@ -23,10 +23,11 @@ using CommunicatorFactory =
 
 struct RunOptions {
   Combine combine = Combine::ag_rs;
-  PlanLimits limits;        // split-KV policy of every rank's plan
-  bool poison = true;       // fill every cache page with NaN before writing the KV
-  bool flatten = false;     // run the single-token-row view of the batch instead
-  bool see_future = false;  // negative control: every row bounded at T (mask = full)
+  DType combine_payload = DType::f32;  // a2a only: f32 or bf16 (DcpStepArgs::combine_payload)
+  PlanLimits limits;                   // split-KV policy of every rank's plan
+  bool poison = true;                  // fill every cache page with NaN before writing the KV
+  bool flatten = false;                // run the single-token-row view of the batch instead
+  bool see_future = false;             // negative control: every row bounded at T (mask = full)
 };
 
 struct RunResult {
@@ -64,6 +65,9 @@ struct Tolerance {
 // O: the output is rounded to q_dtype (bf16: 2^-8 relative) on top of fp32 accumulation;
 // LSE is fp32 throughout.
 Tolerance tolerance_for(const ScenarioSpec& spec);
+// The same for a run with `options`: a bf16 combine payload adds one bf16 rounding of each
+// rank's O (2^-8 relative).
+Tolerance tolerance_for(const ScenarioSpec& spec, const RunOptions& options);
 
 struct Comparison {
   std::vector<RequestError> requests;
