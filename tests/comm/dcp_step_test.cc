@@ -66,22 +66,7 @@ std::vector<StepOut> run_steps(const std::vector<sim::Scenario>& steps, Combine 
           const auto& sc = steps[s];
           const auto& spec = sc.spec;
           const Sharding sh{W, r, spec.interleave};
-          const float k_scale = spec.kv_dtype == DType::fp8_e4m3 ? spec.k_scale : 1.0f;
-          HostKvCache cache(spec.kv_dtype, sc.num_blocks, spec.block_size, k_scale);
-          cache.poison();
-          std::vector<float> lat;
-          std::vector<std::int64_t> slots;
-          for (int b = 0; b < sc.batch.num_requests(); ++b) {
-            for (std::int64_t p = 0; p < sc.batch.total_len[b]; ++p) {
-              lat.insert(lat.end(), sc.kv[b].begin() + p * kHeadDim,
-                         sc.kv[b].begin() + (p + 1) * kHeadDim);
-              slots.push_back(sh.slot(p, sc.batch.block_row(b), spec.block_size));
-            }
-          }
-          const auto n = std::int64_t(slots.size());
-          be->write_kv({TensorRef(lat.data(), DType::f32, {n, kHeadDim}),
-                        TensorRef(slots.data(), DType::i64, {n}), cache.ref()},
-                       nullptr);
+          HostKvCache cache = testing::rank_cache(sc, r);
           const Plan plan = make_plan(sc.batch, {sh, H, spec.block_size, sc.num_blocks, limits});
           const std::int64_t rows = plan.num_rows;
           std::vector<float> q_local(std::size_t(rows) * Hl * kHeadDim);

@@ -240,21 +240,8 @@ DtypeRun decode_with(const sim::Scenario& sc, DType q_dtype, DType out_dtype, fl
                      float q_scale) {
   const auto& spec = sc.spec;
   const Sharding sh{spec.world, 0, spec.interleave};
-  const float k_scale = spec.kv_dtype == DType::fp8_e4m3 ? spec.k_scale : 1.0f;
-  HostKvCache cache(spec.kv_dtype, sc.num_blocks, spec.block_size, k_scale);
-  cache.poison();
-  std::vector<float> lat;
-  std::vector<std::int64_t> slots;
-  for (int b = 0; b < sc.batch.num_requests(); ++b) {
-    for (std::int64_t p = 0; p < sc.batch.total_len[b]; ++p) {
-      lat.insert(lat.end(), sc.kv[b].begin() + p * kHeadDim, sc.kv[b].begin() + (p + 1) * kHeadDim);
-      slots.push_back(sh.slot(p, sc.batch.block_row(b), spec.block_size));
-    }
-  }
+  HostKvCache cache = testing::rank_cache(sc, 0);
   auto be = make_cpu_backend(1);
-  be->write_kv({TensorRef(lat.data(), DType::f32, {std::int64_t(slots.size()), kHeadDim}),
-                TensorRef(slots.data(), DType::i64, {std::int64_t(slots.size())}), cache.ref()},
-               nullptr);
   const Plan plan = make_plan(sc.batch, {sh, spec.heads, spec.block_size, sc.num_blocks, {}});
   const std::int64_t rows = plan.num_rows;
   const std::size_t nq = std::size_t(rows) * spec.heads * kHeadDim;

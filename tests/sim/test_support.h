@@ -3,6 +3,7 @@
 #pragma once
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
@@ -68,6 +69,28 @@ inline std::vector<SpecBatch> spec_batches() {
           {{3, 1}, {31, 35}, {Mask::full, Mask::full}},
           {{3, 1}, {31, 35}, {Mask::causal, Mask::full}},
           {{8, 2}, {100, 40}, {}}};
+}
+
+// One decode's rows against another's (each with .out [rows * H * 512] and .lse [rows * H] as
+// floats): rows empty in `want` must be exactly O = 0, LSE = -inf in `got`; the others within
+// out_tol and lse_tol.
+template <class Result>
+void expect_rows_close(const Result& got, const Result& want, double out_tol, double lse_tol) {
+  ASSERT_EQ(got.lse.size(), want.lse.size());
+  for (std::size_t k = 0; k < want.lse.size(); ++k) {
+    if (std::isinf(want.lse[k])) {
+      ASSERT_EQ(got.lse[k], want.lse[k]) << "(row, head) " << k;
+      for (int d = 0; d < kLatentDim; ++d) {
+        ASSERT_EQ(got.out[k * kLatentDim + d], 0.0f) << "(row, head) " << k;
+      }
+      continue;
+    }
+    ASSERT_NEAR(got.lse[k], want.lse[k], lse_tol) << "(row, head) " << k;
+    for (int d = 0; d < kLatentDim; ++d) {
+      ASSERT_NEAR(got.out[k * kLatentDim + d], want.out[k * kLatentDim + d], out_tol)
+          << "(row, head) " << k << " dim " << d;
+    }
+  }
 }
 
 // The same problem with every physical block id renamed through a random permutation of the
