@@ -1,6 +1,8 @@
 // KV write: each new token's latent (kv_c then k_pe, 576 values) into the paged cache at its
 // slot. Slots are device data the host cannot check: slot < 0 (another rank's token, padding)
-// and slot >= capacity are skipped. fp8 stores e4m3(x * (1 / k_scale)), as the CPU backend does.
+// and slot >= capacity are skipped. fp8 stores e4m3(x / k_scale), a correctly rounded division as
+// in the CPU backend (x * (1 / k_scale) rounds differently for some x, and the e4m3 value can then
+// differ).
 #include "check.h"
 #include "device_common.cuh"
 #include "kernels.h"
@@ -18,7 +20,7 @@ struct KvWriteParams {
   void* cache;  // [capacity, 576]
   DType cache_dtype;
   std::int64_t capacity;  // num_blocks * block_size
-  float inv_scale;
+  float scale;            // k_scale for fp8, else 1
 };
 
 __global__ void kv_write_kernel(const KvWriteParams p) {
@@ -30,7 +32,7 @@ __global__ void kv_write_kernel(const KvWriteParams p) {
     if (slot < 0 || slot >= p.capacity) continue;
     const float x = p.latents_bf16 ? bf16_to_float(static_cast<const bf16_bits*>(p.latents)[i])
                                    : static_cast<const float*>(p.latents)[i];
-    const float v = x * p.inv_scale;
+    const float v = __fdiv_rn(x, p.scale);
     const std::int64_t at = slot * kHeadDim + d;
     switch (p.cache_dtype) {
       case DType::f32:
@@ -59,7 +61,7 @@ void write_kv(const KvWriteArgs& a, cudaStream_t s) {
                         a.cache.data,
                         a.cache.dtype,
                         a.cache.num_blocks * a.cache.block_size,
-                        1.0f / a.cache.k_scale};
+                        a.cache.dtype == DType::fp8_e4m3 ? a.cache.k_scale : 1.0f};
   kv_write_kernel<<<grid_blocks(n * kHeadDim, kThreads), kThreads, 0, s>>>(p);
   check_launch("kv_write_kernel<<<>>>");
 }

@@ -176,6 +176,46 @@ TEST(CudaBackend, WriteKvMatchesCpuAndSkipsBadSlots) {
   }
 }
 
+// fp8 stores e4m3(x / k_scale), a division: for the latents drawn here (found on the host)
+// e4m3(x * (1 / k_scale)) is a different value, so a writer that multiplies fails.
+TEST(CudaBackend, Fp8WriteDividesByTheScale) {
+  DCPMLA_REQUIRE_GPU();
+  const float k_scale = 0.04f;  // not a power of two: 1 / k_scale is inexact
+  // Candidates: floats within a few ulps of k_scale times a midpoint between two e4m3 values.
+  std::vector<float> found;
+  for (int code = 8; code < 0x7e; ++code) {
+    const float mid =
+        0.5f * (fp8_e4m3_to_float(std::uint8_t(code)) + fp8_e4m3_to_float(std::uint8_t(code + 1)));
+    float x = mid * k_scale;
+    for (int i = 0; i < 4; ++i) x = std::nextafter(x, 0.0f);
+    for (int i = 0; i < 8; ++i, x = std::nextafter(x, 1e9f)) {
+      if (float_to_fp8_e4m3(x / k_scale) != float_to_fp8_e4m3(x * (1.0f / k_scale))) {
+        found.push_back(x);
+        found.push_back(-x);
+      }
+    }
+  }
+  ASSERT_FALSE(found.empty());
+  std::vector<float> latents(kHeadDim);
+  for (std::size_t i = 0; i < latents.size(); ++i) latents[i] = found[i % found.size()];
+  auto be = make_backend();
+  auto cpu = make_cpu_backend(1);
+  const std::vector<std::int64_t> slots = {0};
+  HostKvCache host(DType::fp8_e4m3, 1, 1, k_scale);
+  cpu->write_kv({TensorRef(latents.data(), DType::f32, {1, kHeadDim}),
+                 TensorRef(slots.data(), DType::i64, {1}), host.ref()},
+                nullptr);
+  const auto* want = static_cast<const std::uint8_t*>(host.ref().data);
+  const DeviceBuffer dcache = to_device(*be, std::vector<std::uint8_t>(kHeadDim, 0));
+  const DeviceBuffer dlat = to_device(*be, latents);
+  const DeviceBuffer dslots = to_device(*be, slots);
+  be->write_kv({dlat.tensor(DType::f32, {1, kHeadDim}), dslots.tensor(DType::i64, {1}),
+                KvCacheRef{dcache.data(), DType::fp8_e4m3, 1, 1, k_scale}},
+               nullptr);
+  EXPECT_EQ(to_host<std::uint8_t>(*be, dcache.data(), kHeadDim),
+            std::vector<std::uint8_t>(want, want + kHeadDim));
+}
+
 // One rank's decode, every (q, out, cache) dtype combination, head counts that do and do not
 // fill a 64-pair tile, block sizes 1..64, splits and padding: against the CPU backend.
 TEST(CudaBackend, DecodeMatchesCpuBackend) {
