@@ -13,14 +13,13 @@ bool tensor_core_decode_supports(DType q_dtype, DType cache_dtype) {
 void launch_decode_tc(const DecodeParams& p, DType cache_dtype, std::int64_t num_tiles,
                       cudaStream_t s) {
   if (num_tiles <= 0) return;
-  // bf16 caches: the warp-specialised kernel (v3). fp8 caches: v2, whose widening loads need
-  // registers the output warpgroups of v3 do not have.
+  // The warp-specialised kernel (v3) for both; fp8 tiles are widened to bf16 as they load.
   if (cache_dtype == DType::bf16) {
-    launch_with_shared_memory<ws::decode_ws_kernel>(unsigned(num_tiles), ws::kThreads,
-                                                    ws::kSmemBytes, p, s, "decode_ws_kernel<<<>>>");
+    launch_with_shared_memory<ws::decode_ws_kernel<tc::Cache::bf16>>(
+        unsigned(num_tiles), ws::kThreads, ws::kSmemBytes, p, s, "decode_ws_kernel<<<>>>");
   } else {
-    launch_with_shared_memory<tc::decode_tc_kernel<tc::Cache::fp8>>(
-        unsigned(num_tiles), tc::kThreads, tc::kSmemBytes, p, s, "decode_tc_kernel<<<>>>");
+    launch_with_shared_memory<ws::decode_ws_kernel<tc::Cache::fp8>>(
+        unsigned(num_tiles), ws::kThreads, ws::kSmemBytes, p, s, "decode_ws_kernel<<<>>>");
   }
 }
 

@@ -3,6 +3,8 @@
 // cache-row lookup of a token through the block table.
 #pragma once
 
+#include <cuda_fp8.h>
+
 #include <cstdint>
 
 #include "device_common.cuh"
@@ -46,6 +48,13 @@ __device__ __forceinline__ std::uint32_t pack_bf16x2(float lo, float hi) {
   std::uint32_t r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
+}
+// Two e4m3 values (low 16 bits, element 0 low) -> two bf16 in one word (exact: every e4m3 value
+// is a bf16 value).
+__device__ __forceinline__ std::uint32_t widen_fp8x2(std::uint32_t two) {
+  const __half2 h(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two & 0xffffu), __NV_E4M3));
+  const float2 f = __half22float2(h);
+  return pack_bf16x2(f.x, f.y);
 }
 // 2^x (MUFU, about 2 ulp; 2^-inf = 0; denormal results flush to 0).
 __device__ __forceinline__ float fast_exp2(float x) {

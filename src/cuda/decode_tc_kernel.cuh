@@ -75,11 +75,6 @@ struct KvLoader<Cache::fp8> {
     static_assert(kThreadsPerToken == 4 && kPerThread == kChunks,
                   "finish() assumes load i in chunk i");
   }
-  static __device__ __forceinline__ std::uint32_t widen2(std::uint32_t two) {
-    const __half2 h(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two & 0xffffu), __NV_E4M3));
-    const float2 f = __half22float2(h);
-    return pack_bf16x2(f.x, f.y);
-  }
   __device__ __forceinline__ void finish(std::uint32_t stage, int tid) {
     // Load i covers dims [16 k, 16 k + 16) with k = first + 4 i: chunk i, 16-byte units 2 first
     // and 2 first + 1.
@@ -90,10 +85,10 @@ struct KvLoader<Cache::fp8> {
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
       const uint4 v = raw[i];
-      st_shared16(lo + i * kChunkBytes,
-                  make_uint4(widen2(v.x), widen2(v.x >> 16), widen2(v.y), widen2(v.y >> 16)));
-      st_shared16(hi + i * kChunkBytes,
-                  make_uint4(widen2(v.z), widen2(v.z >> 16), widen2(v.w), widen2(v.w >> 16)));
+      st_shared16(lo + i * kChunkBytes, make_uint4(widen_fp8x2(v.x), widen_fp8x2(v.x >> 16),
+                                                   widen_fp8x2(v.y), widen_fp8x2(v.y >> 16)));
+      st_shared16(hi + i * kChunkBytes, make_uint4(widen_fp8x2(v.z), widen_fp8x2(v.z >> 16),
+                                                   widen_fp8x2(v.w), widen_fp8x2(v.w >> 16)));
     }
   }
 };

@@ -48,6 +48,7 @@ static_assert(kSmemBytes <= 227u * 1024u, "sm_90 allows 227 KiB of shared memory
 
 // One output warpgroup's share of a KV tile: 2 threads per token, each copying 4 of the 8
 // 16-byte units of every chunk the warpgroup owns (og 0: chunks 0-3 and 8, og 1: chunks 4-7).
+template <Cache C>
 struct OutputLoader {
   int token;           // 0 .. 63
   std::uint32_t off0;  // row offset of the thread's first unit in a chunk (swizzled), + 16 each
@@ -68,26 +69,63 @@ struct OutputLoader {
                                                 int t0) const {
     return cache_entry(p, tile.request, t0 + token, tile.kv_visible_end);
   }
-  // Issues the copies of the thread's token (cache row e) into stage `s`.
+  // Issues the copies of the thread's token (cache row e) into stage `s`: asynchronous copies for
+  // bf16; for fp8, global loads widened to bf16 (exact) and stored in batches of four 16-byte loads
+  // (the output warpgroups are off the critical path, and o[] leaves few registers).
   __device__ __forceinline__ void issue(const DecodeParams& p, std::int64_t e,
                                         std::uint32_t s) const {
-    const auto* src =
-        static_cast<const unsigned char*>(p.cache) + (e >= 0 ? e : 0) * (kHeadDim * 2);
     const std::uint32_t swz = std::uint32_t(token & 7);
     const int chunks = og == 0 ? 5 : 4;
-    const std::uint32_t fill = e == kEntryNone ? 0u : 0x7fc07fc0u;  // zeros or bf16 NaN
+    if constexpr (C == Cache::bf16) {
+      const auto* src =
+          static_cast<const unsigned char*>(p.cache) + (e >= 0 ? e : 0) * (kHeadDim * 2);
+      const std::uint32_t fill = e == kEntryNone ? 0u : 0x7fc07fc0u;  // zeros or bf16 NaN
 #pragma unroll
-    for (int k = 0; k < 5; ++k) {
-      if (k < chunks) {
-        const int c = chunk(og, k);
+      for (int k = 0; k < 5; ++k) {
+        if (k < chunks) {
+          const int c = chunk(og, k);
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const std::uint32_t unit = std::uint32_t(4 * half + u);
-          const std::uint32_t dst = s + c * kChunkBytes + off0 + ((unit ^ swz) << 4);
-          if (e >= 0) {
-            cp_async16(dst, src + c * 128 + unit * 16);
-          } else {
-            st_shared16(dst, make_uint4(fill, fill, fill, fill));
+          for (int u = 0; u < 4; ++u) {
+            const std::uint32_t unit = std::uint32_t(4 * half + u);
+            const std::uint32_t dst = s + c * kChunkBytes + off0 + ((unit ^ swz) << 4);
+            if (e >= 0) {
+              cp_async16(dst, src + c * 128 + unit * 16);
+            } else {
+              st_shared16(dst, make_uint4(fill, fill, fill, fill));
+            }
+          }
+        }
+      }
+    } else {
+      // Chunk c's dims [32 half, 32 half + 32) are fp8 bytes c * 64 + 32 half + [0, 32): two
+      // 16-byte loads, each widened into two 16-byte bf16 units 4 half + 2 v, 4 half + 2 v + 1.
+      const auto* src = static_cast<const uint4*>(p.cache) + (e >= 0 ? e : 0) * (kHeadDim / 16);
+      const std::uint32_t fill = e == kEntryNone ? 0u : 0x7f7f7f7fu;  // zeros or e4m3 NaN
+#pragma unroll
+      for (int k0 = 0; k0 < 5; k0 += 2) {
+        uint4 raw[2][2];
+#pragma unroll
+        for (int k = k0; k < k0 + 2; ++k) {
+#pragma unroll
+          for (int v = 0; v < 2; ++v) {
+            raw[k - k0][v] = (k < chunks && e >= 0) ? __ldg(src + chunk(og, k) * 4 + 2 * half + v)
+                                                    : make_uint4(fill, fill, fill, fill);
+          }
+        }
+#pragma unroll
+        for (int k = k0; k < k0 + 2; ++k) {
+          if (k >= chunks) continue;
+          const std::uint32_t row = s + chunk(og, k) * kChunkBytes + off0;
+#pragma unroll
+          for (int v = 0; v < 2; ++v) {
+            const uint4 r = raw[k - k0][v];
+            const std::uint32_t unit = std::uint32_t(4 * half + 2 * v);
+            st_shared16(row + ((unit ^ swz) << 4),
+                        make_uint4(widen_fp8x2(r.x), widen_fp8x2(r.x >> 16), widen_fp8x2(r.y),
+                                   widen_fp8x2(r.y >> 16)));
+            st_shared16(row + (((unit + 1) ^ swz) << 4),
+                        make_uint4(widen_fp8x2(r.z), widen_fp8x2(r.z >> 16), widen_fp8x2(r.w),
+                                   widen_fp8x2(r.w >> 16)));
           }
         }
       }
@@ -95,6 +133,7 @@ struct OutputLoader {
   }
 };
 
+template <Cache C>
 __global__ void __launch_bounds__(kThreads, 1) decode_ws_kernel(const DecodeParams p) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = aligned_smem(smem_raw);
@@ -117,7 +156,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_ws_kernel(const DecodePara
   if (n > 0) {
     load_q<kThreads>(p, tile, s_q, tid);
     if (wg > 0) {
-      const OutputLoader ld(wt, wg - 1);
+      const OutputLoader<C> ld(wt, wg - 1);
       ld.issue(p, ld.entry(p, tile, tile.kv_begin), s_kv);
       if (n > 1) ld.issue(p, ld.entry(p, tile, tile.kv_begin + kKeys), s_kv + kTileBytes);
     }
@@ -240,7 +279,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_ws_kernel(const DecodePara
   } else {
     // ---- output warpgroups -------------------------------------------------------------------
     const int og = wg - 1;
-    const OutputLoader ld(wt, og);
+    const OutputLoader<C> ld(wt, og);
     const std::uint64_t desc_p = hopper::smem_descriptor(s_p, 16, 1024);
     for (int i = 0; i < n; ++i) {
       const int stage = i & 1;
