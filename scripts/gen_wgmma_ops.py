@@ -4,7 +4,6 @@ accumulator register (16 for m64n32 up to 128 for m64n256), too long to keep by 
 import pathlib
 
 SHAPES = (  # (N, wrapper suffix, B transposed (MN-major))
-    (32, "m64n32k16_ss", 0),
     (64, "m64n64k16_ss", 0),
     (256, "m64n256k16_ss_tb", 1),
 )

@@ -1,6 +1,5 @@
-// Launch of the tensor-core decode kernel (decode_tc_kernel.cuh).
+// Launch of the tensor-core decode kernel (decode_ws_kernel.cuh).
 #include "check.h"
-#include "decode_tc_kernel.cuh"
 #include "decode_ws_kernel.cuh"
 #include "launch_config.h"
 
