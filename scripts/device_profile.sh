@@ -38,7 +38,7 @@ for spec in ${shapes[@]}; do
   source_args=()
   [ "${DCPMLA_PROFILE_SOURCE:-0}" = 1 ] &&
     source_args=(--section SourceCounters --export "/tmp/profile-$n" --force-overwrite)
-  timeout 240 ncu --kernel-name "regex:${DCPMLA_PROFILE_KERNEL:-decode_(tc|ws)_kernel}" \
+  timeout 240 ncu --kernel-name "regex:${DCPMLA_PROFILE_KERNEL:-decode_[a-z]+_kernel}" \
     --launch-skip 5 --launch-count 1 --clock-control none \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     --section WarpStateStats --section SchedulerStats --section Occupancy \
@@ -46,6 +46,8 @@ for spec in ${shapes[@]}; do
     "$bench" --filter "$group" --index "$index" --reps 1 --out /tmp/profile.json > "$OUT/profile-$n.txt" 2>&1
   echo "== profile $n ($spec): rc $?"
   if [ "${DCPMLA_PROFILE_SOURCE:-0}" = 1 ] && [ -f "/tmp/profile-$n.ncu-rep" ]; then
+    # With --export the sections go to the report only: print them from it.
+    ncu --import "/tmp/profile-$n.ncu-rep" --page details >> "$OUT/profile-$n.txt" 2>&1
     # Per-instruction stall samples (SASS), the lines with the most samples first.
     ncu --import "/tmp/profile-$n.ncu-rep" --page source --print-source sass --csv \
       > "/tmp/profile-$n-sass.csv" 2> "$OUT/profile-$n-sass.err"
