@@ -136,6 +136,14 @@ if [ -x build-gpu/bench/gpu/dcpmla_gpu_bench ]; then
   [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "FAIL: gpu benchmark"; }
 fi
 
+if [ -x build-gpu/bench/gpu/dcpmla_load_bench ]; then
+  log "KV tile load paths (cp.async as the decode kernel loads, TMA)"
+  timeout "$(cap 90)" build-gpu/bench/gpu/dcpmla_load_bench --out "$OUT/load_bench.json" \
+    --commit "${DCPMLA_COMMIT:-unknown}" --date "$(date -u +%Y-%m-%dT%H:%M:%SZ)" 2>&1 |
+    tee "$OUT/load_bench.txt" | tail -20
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "FAIL: load benchmark"; }
+fi
+
 # --- demo ---------------------------------------------------------------------------------
 if build-gpu/tools/dcpmla demo --help 2>&1 | grep -q -- "--backend"; then
   log "demo on the CUDA backend"

@@ -1,0 +1,251 @@
+// KV tile load benchmark: how fast can every SM move 64-token x 576-dim bf16 tiles (72 KiB,
+// the decode kernel's KV tile) from global memory into 128-byte-swizzled shared memory, with the
+// decode kernel's cp.async pattern (256 threads, 2 per token) and with TMA bulk tensor copies
+// (one thread, 9 boxes of 64 x 64)? Each block walks a sequence of tiles through a ring of 1 or
+// 2 stages (2 is the decode kernel's lookahead) and does nothing else, so the time per tile is
+// the load path's own latency / throughput. Sources: pages spread over a region larger than L2
+// (HBM), a small region (L2-resident), and groups of 16 blocks reading the same page at the
+// same time (the compute-bound decode, where 16 row tiles of a request share its KV).
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "load_paths.h"
+
+namespace dcpmla::bench {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kTokens = 64, kDims = 576, kChunks = kDims / 64;
+constexpr std::uint32_t kChunkBytes = 64u * 128u;
+constexpr std::uint32_t kTileBytes = kChunks * kChunkBytes;  // 73728
+constexpr std::uint32_t kSmemBytes = 2 * kTileBytes + 64 + 1024;
+
+enum class Path { cp_async, tma, tma_evict_first };
+enum class Source { hbm, l2, shared16 };
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+struct Params {
+  const unsigned char* cache;  // [pages * 64, 576] bf16
+  std::int64_t pages;
+  int tiles;  // per block
+  Source source;
+  unsigned* sink;
+};
+
+__device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ std::int64_t page_of(const Params& p, int t) {
+  const std::int64_t b = blockIdx.x;
+  switch (p.source) {
+    case Source::l2:
+      return (b + t) % p.pages;
+    case Source::shared16:
+      return (b / 16 * 977 + t) % p.pages;  // 16 blocks on the same page at once
+    default:
+      return (b * 7919 + std::int64_t(t) * 131) % p.pages;
+  }
+}
+
+__device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nw_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n@!done bra w_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// Tile `page` into the stage at s with the decode kernel's (v3) pattern: warpgroup g copies
+// chunks 0-3 and 8 (g = 0) or 4-7 (g = 1), 2 threads per token, units 4 half + u of a chunk.
+__device__ __forceinline__ void issue_cp_async(const Params& p, std::int64_t page,
+                                               std::uint32_t s) {
+  const int wg = threadIdx.x >> 7, wt = threadIdx.x & 127;
+  const int token = wt >> 1, half = wt & 1;
+  const unsigned char* row = p.cache + (page * kTokens + token) * (kDims * 2);
+  const int chunks = wg == 0 ? 5 : 4;
+#pragma unroll
+  for (int k = 0; k < 5; ++k) {
+    if (k >= chunks) continue;
+    const int c = wg == 0 ? (k < 4 ? k : 8) : 4 + k;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int unit = 4 * half + u;
+      const std::uint32_t dst = s + c * kChunkBytes + token * 128u + ((unit ^ (token & 7)) << 4);
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst),
+                   "l"(row + c * 128 + unit * 16)
+                   : "memory");
+    }
+  }
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <Path P>
+__device__ __forceinline__ void issue_tma(const CUtensorMap& map, std::int64_t page,
+                                          std::uint32_t s, std::uint32_t bar) {
+  // The stage was last read through the generic proxy; the copies write through the async one.
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+               "r"(kTileBytes)
+               : "memory");
+  std::uint64_t policy = 0;
+  if constexpr (P == Path::tma_evict_first) {
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  }
+  const int row = int(page * kTokens);
+  for (int c = 0; c < kChunks; ++c) {
+    const std::uint32_t dst = s + c * kChunkBytes;
+    if constexpr (P == Path::tma_evict_first) {
+      asm volatile(
+          "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_"
+          "hint"
+          " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+          "l"(&map), "r"(c * 64), "r"(row), "r"(bar), "l"(policy)
+          : "memory");
+    } else {
+      asm volatile(
+          "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+          " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+          "l"(&map), "r"(c * 64), "r"(row), "r"(bar)
+          : "memory");
+    }
+  }
+}
+
+template <Path P, int Depth>
+__global__ void __launch_bounds__(kThreads, 1)
+    load_kernel(const Params p, const __grid_constant__ CUtensorMap map) {
+  extern __shared__ __align__(1024) unsigned char raw[];
+  const std::uint32_t a = smem_addr(raw);
+  const std::uint32_t base = a + ((1024u - (a & 1023u)) & 1023u);
+  const std::uint32_t bars = base + 2 * kTileBytes;
+  unsigned char* smem = raw + (base - a);
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 2; ++i) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bars + 8u * i) : "memory");
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  auto issue = [&](int t) {
+    const std::uint32_t s = base + std::uint32_t(t % Depth) * kTileBytes;
+    if constexpr (P == Path::cp_async) {
+      issue_cp_async(p, page_of(p, t), s);
+    } else if (threadIdx.x == 0) {
+      issue_tma<P>(map, page_of(p, t), s, bars + 8u * std::uint32_t(t % Depth));
+    }
+  };
+  unsigned sum = 0;
+  for (int t = 0; t < Depth && t < p.tiles; ++t) issue(t);
+  for (int t = 0; t < p.tiles; ++t) {
+    if constexpr (P == Path::cp_async) {
+      if (Depth == 2 && t + 1 < p.tiles) {
+        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+      } else {
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+      }
+    } else {
+      mbar_wait(bars + 8u * std::uint32_t(t % Depth), std::uint32_t(t / Depth) & 1u);
+    }
+    __syncthreads();  // every thread's copies of tile t have landed
+    sum += smem[std::uint32_t(t % Depth) * kTileBytes + threadIdx.x * 4];
+    __syncthreads();  // the stage is read: it may be refilled
+    if (t + Depth < p.tiles) issue(t + Depth);
+  }
+  if (sum == 0xffffffffu) *p.sink = sum;  // keeps the reads
+}
+
+template <Path P, int Depth>
+LoadResult run(const Params& p, const CUtensorMap& map, int blocks, const char* path,
+               const char* source) {
+  auto kernel = load_kernel<P, Depth>;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
+        "cudaFuncSetAttribute");
+  cudaEvent_t e0, e1;
+  check(cudaEventCreate(&e0), "cudaEventCreate");
+  check(cudaEventCreate(&e1), "cudaEventCreate");
+  float best = 1e30f;
+  for (int rep = 0; rep < 6; ++rep) {
+    check(cudaEventRecord(e0), "cudaEventRecord");
+    kernel<<<blocks, kThreads, kSmemBytes>>>(p, map);
+    check(cudaEventRecord(e1), "cudaEventRecord");
+    check(cudaEventSynchronize(e1), "kernel");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+    if (rep > 0) best = std::min(best, ms);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  const double bytes = double(blocks) * p.tiles * kTileBytes;
+  return {path, source, Depth, best, best * 1e3 / p.tiles, bytes / (best * 1e-3) / 1e12};
+}
+
+}  // namespace
+
+LoadReport measure_load_paths(int tiles) {
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  const int blocks = prop.multiProcessorCount;
+  const std::int64_t hbm_pages = 8192;  // 604 MB, far beyond L2
+  const std::int64_t rows = hbm_pages * kTokens;
+  unsigned char* cache = nullptr;
+  unsigned* sink = nullptr;
+  check(cudaMalloc(&cache, std::size_t(rows) * kDims * 2), "cudaMalloc");
+  check(cudaMalloc(&sink, sizeof(unsigned)), "cudaMalloc");
+  check(cudaMemset(cache, 0x3c, std::size_t(rows) * kDims * 2), "cudaMemset");
+
+  PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  check(
+      cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&encode),
+                                       12000, cudaEnableDefault, &q),
+      "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
+  if (encode == nullptr || q != cudaDriverEntryPointSuccess) {
+    throw std::runtime_error("cuTensorMapEncodeTiled is not available");
+  }
+  // The cache as a 2-D tensor [rows, 576] of bf16; a box is 64 rows x 64 dims (one chunk).
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {cuuint64_t(kDims), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(kDims * 2)};
+  const cuuint32_t box[2] = {64, 64};
+  const cuuint32_t elem[2] = {1, 1};
+  if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, cache, dims, strides, box, elem,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+    throw std::runtime_error("cuTensorMapEncodeTiled failed");
+  }
+
+  LoadReport report{prop.name, blocks, tiles, kTileBytes, {}};
+  const struct {
+    Source source;
+    const char* name;
+    std::int64_t pages;
+  } sources[] = {{Source::hbm, "hbm", hbm_pages},
+                 {Source::l2, "l2 (16 MB region)", 224},
+                 {Source::shared16, "16 blocks per page", hbm_pages}};
+  auto& r = report.results;
+  for (const auto& src : sources) {
+    const Params p{cache, src.pages, tiles, src.source, sink};
+    r.push_back(run<Path::cp_async, 1>(p, map, blocks, "cp.async", src.name));
+    r.push_back(run<Path::cp_async, 2>(p, map, blocks, "cp.async", src.name));
+    r.push_back(run<Path::tma, 1>(p, map, blocks, "tma", src.name));
+    r.push_back(run<Path::tma, 2>(p, map, blocks, "tma", src.name));
+    r.push_back(run<Path::tma_evict_first, 2>(p, map, blocks, "tma evict_first", src.name));
+  }
+  cudaFree(cache);
+  cudaFree(sink);
+  return report;
+}
+
+}  // namespace dcpmla::bench
