@@ -1,4 +1,5 @@
-// The decode kernel, v3: warp-specialised tensor-core decode for a bf16 query and a bf16 cache.
+// The decode kernel, v3: warp-specialised tensor-core decode for a bf16 query and a bf16 or fp8
+// cache.
 //
 // One thread block of three warpgroups per DecodeTile (64 (row, head) pairs of one work item),
 // walking the item's KV in 64-token tiles through a 2-stage ring:
@@ -13,21 +14,31 @@
 //                          chunks 4-7, i.e. each overwrites only what it alone read.
 //
 // So S of tile i + 1 and its softmax run while the output warpgroups multiply P of tile i into V,
-// and the tensor cores see the two streams interleaved. Hand-offs use named barriers, each used by
-// all 384 threads (one side arrives, the other waits):
+// and the tensor cores see the two streams interleaved. Hand-offs between the warpgroups use named
+// barriers, each used by all 384 threads (one side arrives, the other waits):
 //   kPReady   scores -> output   P(i) and the factors of tile i are in shared memory
 //   kPFree    output -> scores   P.V of tile i is done: P may be overwritten
-//   kFull + s output -> scores   the loads into stage s have landed (tiles 2, 3, ...; tiles 0 and
-//                                1 are loaded by everyone before the loop)
+// The loads of a stage are tracked by two mbarriers, one per output warpgroup (count 1), which
+// the scores warpgroup waits on directly, chunk set by chunk set. A bf16 tile inside the visible
+// range (block size 32 or a multiple of 64) comes by bulk tensor copies (TMA): one thread of the
+// output warpgroup issues a 64-dim box per chunk and page, with the byte count on the mbarrier,
+// and nobody waits for them but the scores warpgroup. Other tiles (the last one of an item, which
+// needs zeros past the visible end; fp8, widened to bf16; other block sizes) are copied by the
+// warpgroup's threads, which wait for their own copies and then arrive once. The bulk copies
+// move a tile from L2 in 0.55-0.77 us per SM against ~2.1 us for the threads' copies
+// (dcpmla_load_bench), which is what made this kernel 1.2x faster on compute-bound shapes.
 //
-// Shared memory (128-byte swizzled, hopper/wgmma.cuh): Q 72 KiB, KV 2 x 72 KiB, P 8 KiB, and 64
-// rescale factors plus the final m and l of each row. As in v2, each pair's result depends only on
-// its own query, bound and the KV tiles, so the flattened and native forms give the same bits.
+// Shared memory (128-byte swizzled, hopper/wgmma.cuh): Q 72 KiB, KV 2 x 72 KiB, P 8 KiB, 64
+// rescale factors, the final m and l of each row, and the four mbarriers. As in v2, each pair's
+// result depends only on its own query, bound and the KV tiles, so the flattened and native forms
+// give the same bits.
 #pragma once
 
 #include <cstdint>
 
 #include "decode_tc_common.cuh"
+#include "hopper/mbarrier.cuh"
+#include "hopper/tma.cuh"
 
 namespace dcpmla::cuda {
 namespace ws {
@@ -35,19 +46,26 @@ namespace ws {
 using namespace tc;
 
 constexpr int kThreads = 384;
-constexpr int kPReady = 1, kPFree = 2, kFull = 3;  // named barriers kFull, kFull + 1
+constexpr int kPReady = 1, kPFree = 2;  // named barriers
+constexpr int kLoaded = 3;              // kLoaded + og: an output warpgroup's copies landed
 
 constexpr std::uint32_t kOffQ = 0;
 constexpr std::uint32_t kOffKv = kOffQ + kTileBytes;
 constexpr std::uint32_t kOffP = kOffKv + 2 * kTileBytes;
-constexpr std::uint32_t kOffFactor = kOffP + kPairs * 128u;    // float [64]
-constexpr std::uint32_t kOffFinal = kOffFactor + kPairs * 4u;  // float [2][64]: m, l
-constexpr std::uint32_t kUsedBytes = kOffFinal + 2 * kPairs * 4u;
+constexpr std::uint32_t kOffFactor = kOffP + kPairs * 128u;      // float [64]
+constexpr std::uint32_t kOffFinal = kOffFactor + kPairs * 4u;    // float [2][64]: m, l
+constexpr std::uint32_t kOffFull = kOffFinal + 2 * kPairs * 4u;  // uint64 [stage][output wg]
+constexpr std::uint32_t kUsedBytes = kOffFull + 4 * 8u;
 constexpr std::uint32_t kSmemBytes = kUsedBytes + 1024;  // aligned up to 1024 inside
 static_assert(kSmemBytes <= 227u * 1024u, "sm_90 allows 227 KiB of shared memory per block");
 
-// One output warpgroup's share of a KV tile: 2 threads per token, each copying 4 of the 8
-// 16-byte units of every chunk the warpgroup owns (og 0: chunks 0-3 and 8, og 1: chunks 4-7).
+// Sources of the 16-byte units of tokens not read from the cache: zeros past the tile's visible
+// end, NaN for block ids outside the cache (as if the page were poisoned).
+static __device__ const uint4 kFillUnits[2] = {
+    {0u, 0u, 0u, 0u}, {0x7fc07fc0u, 0x7fc07fc0u, 0x7fc07fc0u, 0x7fc07fc0u}};
+
+// One output warpgroup's share of a KV tile (og 0: chunks 0-3 and 8, og 1: chunks 4-7): by its
+// threads, 2 per token, each copying 4 of the 8 16-byte units of every chunk; or by bulk copies.
 template <Cache C>
 struct OutputLoader {
   int token;           // 0 .. 63
@@ -72,30 +90,32 @@ struct OutputLoader {
   // Issues the copies of the thread's token (cache row e) into stage `s`: asynchronous copies for
   // bf16; for fp8, global loads widened to bf16 (exact) and stored in batches of four 16-byte loads
   // (the output warpgroups are off the critical path, and o[] leaves few registers).
-  __device__ __forceinline__ void issue(const DecodeParams& p, std::int64_t e,
-                                        std::uint32_t s) const {
+  // Then arrives on the stage's mbarrier `bar` for this warpgroup, once the copies have landed.
+  __device__ __forceinline__ void issue(const DecodeParams& p, std::int64_t e, std::uint32_t s,
+                                        std::uint32_t bar) const {
     const std::uint32_t swz = std::uint32_t(token & 7);
     const int chunks = og == 0 ? 5 : 4;
     if constexpr (C == Cache::bf16) {
       const auto* src =
           static_cast<const unsigned char*>(p.cache) + (e >= 0 ? e : 0) * (kHeadDim * 2);
-      const std::uint32_t fill = e == kEntryNone ? 0u : 0x7fc07fc0u;  // zeros or bf16 NaN
+      // Rows not read from the cache are copied from a zero or NaN unit: every write of the tile
+      // is then a cp.async, which the mbarrier tracks.
+      const auto* fill =
+          reinterpret_cast<const unsigned char*>(&kFillUnits[e == kEntryNone ? 0 : 1]);
 #pragma unroll
       for (int k = 0; k < 5; ++k) {
         if (k < chunks) {
           const int c = chunk(og, k);
 #pragma unroll
           for (int u = 0; u < 4; ++u) {
-            const std::uint32_t unit = std::uint32_t(4 * half + u);
+            // The token's two threads take alternate units: whole 32-byte sectors per warp copy.
+            const std::uint32_t unit = std::uint32_t(2 * u + half);
             const std::uint32_t dst = s + c * kChunkBytes + off0 + ((unit ^ swz) << 4);
-            if (e >= 0) {
-              cp_async16(dst, src + c * 128 + unit * 16);
-            } else {
-              st_shared16(dst, make_uint4(fill, fill, fill, fill));
-            }
+            cp_async16(dst, e >= 0 ? src + c * 128 + unit * 16 : fill);
           }
         }
       }
+      cp_async_wait_all();
     } else {
       // Chunk c's dims [32 half, 32 half + 32) are fp8 bytes c * 64 + 32 half + [0, 32): two
       // 16-byte loads, each widened into two 16-byte bf16 units 4 half + 2 v, 4 half + 2 v + 1.
@@ -130,11 +150,44 @@ struct OutputLoader {
         }
       }
     }
+    // The warpgroup's copies have all landed (bf16) or are stored (fp8): one arrival publishes
+    // them (the barrier's count is 1, as for the bulk copies).
+    hopper::fence_proxy_async_shared();
+    named_barrier_sync(kLoaded + og, 128);
+    if ((threadIdx.x & 127) == 0) hopper::mbarrier_arrive(bar);
+  }
+
+  // The bulk tensor copies of the warpgroup's chunks of the tile at local token t0, issued by
+  // one thread: one box of 64 dims x R rows (R = min(block size, 64)) per page and chunk. A page
+  // whose block id is outside the cache is asked for past the tensor's end, which the copy
+  // engine fills with NaN without reading memory (as if the page were poisoned).
+  __device__ __forceinline__ void issue_bulk(const DecodeParams& p, const DecodeTile& tile, int t0,
+                                             std::uint32_t s, std::uint32_t bar) const {
+    const int chunks = og == 0 ? 5 : 4;
+    const int rows_per_box = min(p.block_size, kKeys);
+    const int boxes = kKeys / rows_per_box;
+    hopper::mbarrier_arrive_expect_tx(bar, std::uint32_t(chunks) * kChunkBytes);
+    const std::int64_t end_row = p.num_blocks * p.block_size;
+    for (int b = 0; b < boxes; ++b) {
+      const int t = t0 + b * rows_per_box;
+      const std::int64_t id =
+          p.block_table[std::int64_t(tile.request) * p.max_blocks + t / p.block_size];
+      const std::int64_t row =
+          (id >= 0 && id < p.num_blocks) ? id * p.block_size + t % p.block_size : end_row;
+      for (int k = 0; k < chunks; ++k) {
+        const int c = chunk(og, k);
+        hopper::bulk_tensor_load_2d(s + c * kChunkBytes + std::uint32_t(b * rows_per_box) * 128u,
+                                    &p.kv_map, c * 64, int(row), bar);
+      }
+    }
   }
 };
 
-template <Cache C>
-__global__ void __launch_bounds__(kThreads, 1) decode_ws_kernel(const DecodeParams p) {
+// Bulk: bf16 tiles that lie inside the visible range come by bulk tensor copies (p.kv_map);
+// the others (and every fp8 tile) by the threads' copies.
+template <Cache C, bool Bulk>
+__global__ void __launch_bounds__(kThreads, 1)
+    decode_ws_kernel(const __grid_constant__ DecodeParams p) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = aligned_smem(smem_raw);
   const std::uint32_t s_q = smem_addr(smem) + kOffQ;
@@ -143,6 +196,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_ws_kernel(const DecodePara
   float* factors = reinterpret_cast<float*>(smem + kOffFactor);
   float* final_m = reinterpret_cast<float*>(smem + kOffFinal);
   float* final_l = final_m + kPairs;
+  const std::uint32_t s_full = smem_addr(smem) + kOffFull;
+  // Stage s's mbarrier for the copies of output warpgroup g (128 arrivals a phase; phase k
+  // completes when the tile 2 k + s has landed).
+  auto full = [&](int stage, int g) { return s_full + std::uint32_t(2 * stage + g) * 8u; };
 
   // Launched for the plan buffer's capacity under a CUDA graph: blocks past the plan exit.
   if (p.header != nullptr && std::int64_t(blockIdx.x) >= p.header->num_tiles) return;
@@ -153,12 +210,32 @@ __global__ void __launch_bounds__(kThreads, 1) decode_ws_kernel(const DecodePara
   // The thread's two accumulator rows (the same in S and in O).
   const int rows[2] = {16 * warp + (lane >> 2), 16 * warp + (lane >> 2) + 8};
 
+  // Tile `index` of the item into its stage, by output warpgroup ld.og (all 128 threads call;
+  // e: the cache row of the thread's token, for the threads' copies).
+  const int rows_per_box = min(p.block_size, kKeys);
+  auto load_tile = [&](const OutputLoader<C>& ld, int index, std::int64_t e) {
+    const int t0 = tile.kv_begin + index * kKeys;
+    const std::uint32_t dst = s_kv + std::uint32_t(index & 1) * kTileBytes;
+    const std::uint32_t bar = full(index & 1, ld.og);
+    const bool bulk = Bulk && t0 + kKeys <= tile.kv_visible_end && t0 % rows_per_box == 0 &&
+                      (p.block_size <= kKeys || t0 % p.block_size + kKeys <= p.block_size);
+    if (!bulk) {
+      ld.issue(p, e, dst, bar);
+    } else if ((tid & 127) == 0) {
+      ld.issue_bulk(p, tile, t0, dst, bar);
+    }
+  };
+
+  if (tid == 0) {
+    for (int i = 0; i < 4; ++i) hopper::mbarrier_init(s_full + 8u * i, 1);
+  }
+  __syncthreads();
   if (n > 0) {
     load_q<kThreads>(p, tile, s_q, tid);
     if (wg > 0) {
       const OutputLoader<C> ld(wt, wg - 1);
-      ld.issue(p, ld.entry(p, tile, tile.kv_begin), s_kv);
-      if (n > 1) ld.issue(p, ld.entry(p, tile, tile.kv_begin + kKeys), s_kv + kTileBytes);
+      load_tile(ld, 0, ld.entry(p, tile, tile.kv_begin));
+      if (n > 1) load_tile(ld, 1, ld.entry(p, tile, tile.kv_begin + kKeys));
     }
     cp_async_wait_all();
     hopper::fence_proxy_async_shared();
@@ -177,15 +254,27 @@ __global__ void __launch_bounds__(kThreads, 1) decode_ws_kernel(const DecodePara
     const std::uint64_t desc_q = hopper::smem_descriptor(s_q, 16, 1024);
     float m[2] = {-INFINITY, -INFINITY};  // running max of score * scale_log2
     float l[2] = {0.0f, 0.0f};            // this thread's share of the running exp-sum
+    // S of a tile: the chunks output warpgroup 0 loads (0-3 and 8) as soon as they have landed,
+    // then those of output warpgroup 1 (4-7).
     auto issue_scores = [&](float(&acc)[32], int tile_index) {
-      const std::uint64_t desc_k =
-          hopper::smem_descriptor(s_kv + (tile_index & 1) * kTileBytes, 16, 1024);
-      hopper::wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+      const int stage = tile_index & 1;
+      const std::uint32_t parity = std::uint32_t(tile_index >> 1) & 1u;
+      const std::uint64_t desc_k = hopper::smem_descriptor(s_kv + stage * kTileBytes, 16, 1024);
+      auto step = [&](int ks) {
         const std::uint32_t off = ((ks >> 2) * kChunkBytes + (ks & 3) * 32) >> 4;
         hopper::wgmma_m64n64k16_ss(acc, desc_q + off, desc_k + off, ks > 0);
-      }
+      };
+      hopper::mbarrier_wait(full(stage, 0), parity);
+      hopper::fence_proxy_async_shared();
+      hopper::wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < 16; ++ks) step(ks);
+#pragma unroll
+      for (int ks = 32; ks < 36; ++ks) step(ks);
+      hopper::mbarrier_wait(full(stage, 1), parity);
+      hopper::fence_proxy_async_shared();
+#pragma unroll
+      for (int ks = 16; ks < 32; ++ks) step(ks);
       hopper::wgmma_commit();
     };
     float s[32];
@@ -261,7 +350,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_ws_kernel(const DecodePara
       named_barrier_arrive(kPReady, kThreads);
       // S of the next tile.
       if (i + 1 < n) {
-        if (i + 1 >= 2) named_barrier_sync(kFull + ((i + 1) & 1), kThreads);
         issue_scores(s, i + 1);
         hopper::wgmma_wait<0>();
         hopper::pin_registers(s);
@@ -305,18 +393,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_ws_kernel(const DecodePara
         hopper::wgmma_m64n256k16_ss_tb(o, desc_p + ks * 2, desc_v + ks * (16 * 128 >> 4), true);
       }
       hopper::wgmma_commit();
-      // Tile i + 1's loads (issued last iteration) have had a tile's time: publish them. (Waiting
-      // for them right after issuing, at the end of the last iteration, measured 1.3x slower.)
-      if (i >= 1 && i + 1 < n) {
-        cp_async_wait_all();
-        hopper::fence_proxy_async_shared();
-        named_barrier_arrive(kFull + ((i + 1) & 1), kThreads);
-      }
       hopper::wgmma_wait<0>();
       hopper::pin_registers(o);
       if (i + 1 < n) named_barrier_arrive(kPFree, kThreads);
       // Tile i + 2 into the stage tile i used.
-      if (i + 2 < n) ld.issue(p, next_entry, s_kv + stage * kTileBytes);
+      if (i + 2 < n) load_tile(ld, i + 2, next_entry);
     }
   }
   __syncthreads();  // the final m and l of every row are written

@@ -2,6 +2,7 @@
 // argument struct (host metadata only) before enqueueing anything on the stream.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -38,11 +39,14 @@ struct DecodeParams {
   float* lse;          // [rows, H]
   float* partial_out;  // [partial_rows, H, 512], 16-byte aligned
   float* partial_lse;  // [partial_rows, H]
+  // Set by launch_decode_tc for bf16 caches: the cache as a [num_blocks * block_size, 576] bf16
+  // tensor in boxes of 64 dims x min(block_size, 64) rows, 128-byte swizzle, NaN past its end.
+  CUtensorMap kv_map;
 };
 void launch_decode_tiles(const DecodeParams& p, DType q_dtype, DType cache_dtype,
                          std::int64_t num_tiles, cudaStream_t s);
 
-// decode_tc.cu: the tensor-core kernel (v2), one thread block per DecodeTile, for a bf16 query
+// decode_tc.cu: the tensor-core kernel (v3), one thread block per DecodeTile, for a bf16 query
 // and a bf16 or fp8 cache; launch_decode_tiles (v1, FMA) runs every other combination.
 bool tensor_core_decode_supports(DType q_dtype, DType cache_dtype);
 void launch_decode_tc(const DecodeParams& p, DType cache_dtype, std::int64_t num_tiles,

@@ -261,6 +261,41 @@ TEST(CudaBackend, DecodeMatchesCpuBackend) {
   }
 }
 
+// The bulk tensor copy path of bf16 caches (block size 32 or a multiple of 64: one or two boxes
+// per chunk and page; whole tiles inside the visible range, the last tile by the threads' copies),
+// with splits that start tiles inside pages, against the CPU backend.
+TEST(CudaBackend, BulkCopyBlockSizesMatchCpuBackend) {
+  DCPMLA_REQUIRE_GPU();
+  auto be = make_backend();
+  auto cpu = make_cpu_backend(4);
+  int seed = 100;
+  for (int bs : {32, 64, 128, 256}) {
+    for (int H : {16, 128}) {
+      for (int chunk_blocks : {0, 1, 3}) {
+        sim::ScenarioSpec spec;
+        spec.world = 2;
+        spec.heads = H;
+        spec.block_size = bs;
+        spec.kv_dtype = DType::bf16;
+        spec.q_dtype = DType::bf16;
+        spec.seed = seed++;
+        const std::vector<int> q_lens = {1, 4, 8};
+        const std::vector<std::int64_t> lens = {700, 2049, H >= 64 ? 400 : 3000};
+        const std::vector<Mask> masks = {Mask::causal, Mask::full, Mask::causal};
+        const sim::Scenario sc = custom_scenario(spec, q_lens, lens, masks, /*padding=*/1);
+        PlanLimits limits;
+        limits.kv_chunk_blocks = chunk_blocks;
+        SCOPED_TRACE(testing::describe(spec) + " chunk " + std::to_string(chunk_blocks));
+        const auto got = run_decode(*be, sc, 1, limits, DType::f32);
+        const auto want = run_decode(*cpu, sc, 1, limits, DType::f32);
+        // bf16 probabilities into V on the tensor cores: see DecodeMatchesCpuBackend.
+        testing::expect_rows_close(got, want, on_cpu() ? 1e-4 : 1e-2, 1e-4);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
 // Bigger plans after smaller ones (device buffers grow), the same plan again (no upload), and
 // identical bits each time.
 TEST(CudaBackend, DecodeRepeatsAndGrowsItsPlanBuffers) {
@@ -493,36 +528,40 @@ TEST(CudaBackend, InvalidDeviceBlockIdsReadNoMemory) {
   DCPMLA_REQUIRE_GPU();
   if (on_cpu()) GTEST_SKIP() << "the CPU backend rejects invalid block ids on the host";
   auto be = make_backend();
-  sim::ScenarioSpec spec;
-  spec.heads = 16;
-  spec.block_size = 16;
-  spec.seed = 12;
-  const sim::Scenario sc = custom_scenario(spec, {4, 2}, {200, 90});
-  Batch bad = sc.batch;
-  bad.block_table[1] = 1 << 30;  // request 0, second block
-  bad.block_table[2] = -5;       // request 0, third block
-  // The plan comes from the valid batch; only the device copy of the table is bad.
-  const Sharding sh{spec.world, 0, spec.interleave};
-  const Plan plan = make_plan(sc.batch, {sh, spec.heads, spec.block_size, sc.num_blocks, {}});
-  const std::int64_t rows = sc.batch.rows();
-  KvCacheRef cache{nullptr, DType::bf16, sc.num_blocks, spec.block_size, 1.0f};
-  DeviceBuffer dcache(*be, cache.bytes());
-  ASSERT_EQ(cudaMemset(dcache.data(), 0, cache.bytes()), cudaSuccess);
-  cache.data = dcache.data();
-  const DeviceBuffer q = to_device(*be, encode(sc.q, DType::bf16));
-  const DeviceBuffer bt = to_device(*be, bad.block_table);
-  DeviceBuffer out(*be, std::size_t(rows) * spec.heads * kLatentDim * 4);
-  DeviceBuffer lse(*be, std::size_t(rows) * spec.heads * 4);
-  DecodeArgs args;
-  args.plan = &plan;
-  args.q = q.tensor(DType::bf16, {rows, spec.heads, kHeadDim});
-  args.cache = cache;
-  args.block_table = bt.tensor(DType::i32, {bad.num_requests(), bad.max_blocks});
-  args.out = out.tensor(DType::f32, {rows, spec.heads, kLatentDim});
-  args.lse = lse.tensor(DType::f32, {rows, spec.heads});
-  args.softmax_scale = spec.softmax_scale;
-  be->decode(args, nullptr);
-  EXPECT_NO_THROW(be->synchronize(nullptr));
+  // Block size 16: the threads' copies; 64: the bulk copies, which ask past the cache's end.
+  for (int bs : {16, 64}) {
+    SCOPED_TRACE("block size " + std::to_string(bs));
+    sim::ScenarioSpec spec;
+    spec.heads = 16;
+    spec.block_size = bs;
+    spec.seed = 12;
+    const sim::Scenario sc = custom_scenario(spec, {4, 2}, {bs == 16 ? 200 : 800, 90});
+    Batch bad = sc.batch;
+    bad.block_table[1] = 1 << 30;  // request 0, second block
+    bad.block_table[2] = -5;       // request 0, third block
+    // The plan comes from the valid batch; only the device copy of the table is bad.
+    const Sharding sh{spec.world, 0, spec.interleave};
+    const Plan plan = make_plan(sc.batch, {sh, spec.heads, spec.block_size, sc.num_blocks, {}});
+    const std::int64_t rows = sc.batch.rows();
+    KvCacheRef cache{nullptr, DType::bf16, sc.num_blocks, spec.block_size, 1.0f};
+    DeviceBuffer dcache(*be, cache.bytes());
+    ASSERT_EQ(cudaMemset(dcache.data(), 0, cache.bytes()), cudaSuccess);
+    cache.data = dcache.data();
+    const DeviceBuffer q = to_device(*be, encode(sc.q, DType::bf16));
+    const DeviceBuffer bt = to_device(*be, bad.block_table);
+    DeviceBuffer out(*be, std::size_t(rows) * spec.heads * kLatentDim * 4);
+    DeviceBuffer lse(*be, std::size_t(rows) * spec.heads * 4);
+    DecodeArgs args;
+    args.plan = &plan;
+    args.q = q.tensor(DType::bf16, {rows, spec.heads, kHeadDim});
+    args.cache = cache;
+    args.block_table = bt.tensor(DType::i32, {bad.num_requests(), bad.max_blocks});
+    args.out = out.tensor(DType::f32, {rows, spec.heads, kLatentDim});
+    args.lse = lse.tensor(DType::f32, {rows, spec.heads});
+    args.softmax_scale = spec.softmax_scale;
+    be->decode(args, nullptr);
+    EXPECT_NO_THROW(be->synchronize(nullptr));
+  }
 }
 
 TEST(CudaBackend, RejectsBadArgumentsBeforeLaunching) {

@@ -1,0 +1,44 @@
+// Thin wrappers over the shared-memory mbarrier (sm_80+ with cp.async tracking, try_wait sm_90):
+// a barrier that completes a phase once `count` arrivals have been made, here the arrivals that
+// asynchronous copies make when they land, so the thread that issued the copies need not wait.
+#pragma once
+
+#include <cstdint>
+
+namespace dcpmla::cuda::hopper {
+
+// One thread initialises; the barrier must be visible to all (a __syncthreads) before use.
+__device__ __forceinline__ void mbarrier_init(std::uint32_t bar, std::uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+// Arrives on `bar` once every cp.async this thread issued so far has landed. The barrier's
+// count must include this arrival (.noinc).
+__device__ __forceinline__ void mbarrier_arrive_on_copies(std::uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void mbarrier_arrive(std::uint32_t bar) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Arrives on `bar` and adds `bytes` to the transactions the current phase waits for (the bulk
+// copies that complete on it).
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+// Blocks until the phase with parity `parity` (0, 1, 0, ... for the barrier's uses 0, 1, 2, ...)
+// has completed.
+__device__ __forceinline__ void mbarrier_wait(std::uint32_t bar, std::uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+}  // namespace dcpmla::cuda::hopper
