@@ -20,8 +20,8 @@
 //   kPFree    output -> scores   P.V of tile i is done: P may be overwritten
 // The loads of a stage are tracked by two mbarriers, one per output warpgroup (count 1), which
 // the scores warpgroup waits on directly, chunk set by chunk set. A bf16 tile inside the visible
-// range (block size 32 or a multiple of 64) comes by bulk tensor copies (TMA): one thread of the
-// output warpgroup issues a 64-dim box per chunk and page, with the byte count on the mbarrier,
+// range (block size 16, 32 or a multiple of 64) comes by bulk tensor copies (TMA): one thread of
+// the output warpgroup issues a 64-dim box per chunk and page, with the byte count on the mbarrier,
 // and nobody waits for them but the scores warpgroup. Other tiles (the last one of an item, which
 // needs zeros past the visible end; fp8, widened to bf16; other block sizes) are copied by the
 // warpgroup's threads, which wait for their own copies and then arrive once. The bulk copies

@@ -261,15 +261,15 @@ TEST(CudaBackend, DecodeMatchesCpuBackend) {
   }
 }
 
-// The bulk tensor copy path of bf16 caches (block size 32 or a multiple of 64: one or two boxes
-// per chunk and page; whole tiles inside the visible range, the last tile by the threads' copies),
+// The bulk tensor copy path of bf16 caches (block size 16, 32 or a multiple of 64: up to four
+// boxes per chunk; whole tiles inside the visible range, the last tile by the threads' copies),
 // with splits that start tiles inside pages, against the CPU backend.
 TEST(CudaBackend, BulkCopyBlockSizesMatchCpuBackend) {
   DCPMLA_REQUIRE_GPU();
   auto be = make_backend();
   auto cpu = make_cpu_backend(4);
   int seed = 100;
-  for (int bs : {32, 64, 128, 256}) {
+  for (int bs : {16, 32, 64, 128, 256}) {
     for (int H : {16, 128}) {
       for (int chunk_blocks : {0, 1, 3}) {
         sim::ScenarioSpec spec;
@@ -528,14 +528,14 @@ TEST(CudaBackend, InvalidDeviceBlockIdsReadNoMemory) {
   DCPMLA_REQUIRE_GPU();
   if (on_cpu()) GTEST_SKIP() << "the CPU backend rejects invalid block ids on the host";
   auto be = make_backend();
-  // Block size 16: the threads' copies; 64: the bulk copies, which ask past the cache's end.
-  for (int bs : {16, 64}) {
+  // Block size 8: the threads' copies; 16 and 64: the bulk copies, which ask past the cache's end.
+  for (int bs : {8, 16, 64}) {
     SCOPED_TRACE("block size " + std::to_string(bs));
     sim::ScenarioSpec spec;
     spec.heads = 16;
     spec.block_size = bs;
     spec.seed = 12;
-    const sim::Scenario sc = custom_scenario(spec, {4, 2}, {bs == 16 ? 200 : 800, 90});
+    const sim::Scenario sc = custom_scenario(spec, {4, 2}, {bs == 64 ? 800 : 200, 90});
     Batch bad = sc.batch;
     bad.block_table[1] = 1 << 30;  // request 0, second block
     bad.block_table[2] = -5;       // request 0, third block
