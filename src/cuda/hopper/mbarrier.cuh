@@ -1,6 +1,5 @@
-// Thin wrappers over the shared-memory mbarrier (sm_80+ with cp.async tracking, try_wait sm_90):
-// a barrier that completes a phase once `count` arrivals have been made, here the arrivals that
-// asynchronous copies make when they land, so the thread that issued the copies need not wait.
+// Thin wrappers over the shared-memory mbarrier (sm_90): a barrier that completes a phase once
+// `count` arrivals have been made and the bytes it expects (from bulk copies) have landed.
 #pragma once
 
 #include <cstdint>
@@ -12,12 +11,8 @@ __device__ __forceinline__ void mbarrier_init(std::uint32_t bar, std::uint32_t c
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
 
-// Arrives on `bar` once every cp.async this thread issued so far has landed. The barrier's
-// count must include this arrival (.noinc).
-__device__ __forceinline__ void mbarrier_arrive_on_copies(std::uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-
+// Arrives on `bar` once (release: this thread's earlier shared-memory writes are visible to the
+// threads that see the phase complete).
 __device__ __forceinline__ void mbarrier_arrive(std::uint32_t bar) {
   asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
