@@ -197,8 +197,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* final_m = reinterpret_cast<float*>(smem + kOffFinal);
   float* final_l = final_m + kPairs;
   const std::uint32_t s_full = smem_addr(smem) + kOffFull;
-  // Stage s's mbarrier for the copies of output warpgroup g (128 arrivals a phase; phase k
-  // completes when the tile 2 k + s has landed).
+  // Stage s's mbarrier for the copies of output warpgroup g (one arrival a phase, plus the bytes
+  // of bulk copies; phase k completes when tile 2 k + s has landed).
   auto full = [&](int stage, int g) { return s_full + std::uint32_t(2 * stage + g) * 8u; };
 
   // Launched for the plan buffer's capacity under a CUDA graph: blocks past the plan exit.
