@@ -16,10 +16,15 @@
 #include <string>
 #include <vector>
 
+#include "hopper/mbarrier.cuh"
+#include "hopper/tma.cuh"
+#include "hopper/wgmma.cuh"
 #include "load_paths.h"
 
 namespace dcpmla::bench {
 namespace {
+
+namespace hopper = dcpmla::cuda::hopper;
 
 constexpr int kThreads = 256;
 constexpr int kTokens = 64, kDims = 576, kChunks = kDims / 64;
@@ -58,14 +63,6 @@ __device__ __forceinline__ std::int64_t page_of(const Params& p, int t) {
   }
 }
 
-__device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nw_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n@!done bra w_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-
 // Tile `page` into the stage at s with the decode kernel's (v3) pattern: warpgroup g copies
 // chunks 0-3 and 8 (g = 0) or 4-7 (g = 1), 2 threads per token, units 4 half + u of a chunk.
 __device__ __forceinline__ void issue_cp_async(const Params& p, std::int64_t page,
@@ -94,10 +91,8 @@ template <Path P>
 __device__ __forceinline__ void issue_tma(const CUtensorMap& map, std::int64_t page,
                                           std::uint32_t s, std::uint32_t bar) {
   // The stage was last read through the generic proxy; the copies write through the async one.
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
-               "r"(kTileBytes)
-               : "memory");
+  hopper::fence_proxy_async_shared();
+  hopper::mbarrier_arrive_expect_tx(bar, kTileBytes);
   std::uint64_t policy = 0;
   if constexpr (P == Path::tma_evict_first) {
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
@@ -107,17 +102,12 @@ __device__ __forceinline__ void issue_tma(const CUtensorMap& map, std::int64_t p
     const std::uint32_t dst = s + c * kChunkBytes;
     if constexpr (P == Path::tma_evict_first) {
       asm volatile(
-          "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_"
-          "hint"
-          " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+          "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+          ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
           "l"(&map), "r"(c * 64), "r"(row), "r"(bar), "l"(policy)
           : "memory");
     } else {
-      asm volatile(
-          "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-          " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-          "l"(&map), "r"(c * 64), "r"(row), "r"(bar)
-          : "memory");
+      hopper::bulk_tensor_load_2d(dst, &map, c * 64, row, bar);
     }
   }
 }
@@ -132,7 +122,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   unsigned char* smem = raw + (base - a);
   if (threadIdx.x == 0) {
     for (int i = 0; i < 2; ++i) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bars + 8u * i) : "memory");
+      hopper::mbarrier_init(bars + 8u * i, 1);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -155,7 +145,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         asm volatile("cp.async.wait_group 0;\n" ::: "memory");
       }
     } else {
-      mbar_wait(bars + 8u * std::uint32_t(t % Depth), std::uint32_t(t / Depth) & 1u);
+      hopper::mbarrier_wait(bars + 8u * std::uint32_t(t % Depth), std::uint32_t(t / Depth) & 1u);
     }
     __syncthreads();  // every thread's copies of tile t have landed
     sum += smem[std::uint32_t(t % Depth) * kTileBytes + threadIdx.x * 4];
