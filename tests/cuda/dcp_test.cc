@@ -15,12 +15,8 @@ using gpu_testing::random_case;
 using testing::custom_scenario;
 using testing::describe;
 
-std::string trace(const sim::Scenario& sc, const sim::RunOptions& o) {
-  return describe(sc.spec) + "\n" + describe(o) + "\n" + testing::describe_batch(sc.batch);
-}
-
 void expect_matches_reference(const sim::Scenario& sc, const sim::RunOptions& o) {
-  SCOPED_TRACE(trace(sc, o));
+  SCOPED_TRACE(testing::describe_run(sc, o));
   const auto got = sim::run_dcp(sc, factory(), o);
   const auto cmp = sim::compare(sc, got, sim::run_reference(sc), sim::tolerance_for(sc.spec, o));
   EXPECT_TRUE(cmp.pass) << describe(cmp);
@@ -47,7 +43,7 @@ TEST(CudaDcp, AgreesWithCpuBackend) {
   for (int i = 0; i < 16; ++i) {
     const Case c = random_case(rng, /*large=*/i % 8 == 7, 5000 + i);
     const sim::Scenario sc = sim::make_scenario(c.spec);
-    SCOPED_TRACE(trace(sc, c.options));
+    SCOPED_TRACE(testing::describe_run(sc, c.options));
     const auto gpu = sim::run_dcp(sc, factory(), c.options);
     const auto cpu = sim::run_dcp(sc, gpu_testing::cpu_factory(), c.options);
     const auto a = sim::agreement(gpu, cpu);
@@ -141,7 +137,7 @@ TEST(CudaDcp, FlattenedMatchesNativeBitForBit) {
     c.options.limits = {};
     c.options.limits.kv_chunk_blocks = int(i % 3);  // 0: no split
     const sim::Scenario sc = sim::make_scenario(c.spec);
-    SCOPED_TRACE(trace(sc, c.options));
+    SCOPED_TRACE(testing::describe_run(sc, c.options));
     sim::RunOptions flat = c.options;
     flat.flatten = true;
     const auto a =
@@ -178,7 +174,7 @@ TEST(CudaDcp, PoisonBlockIdsAndRerunsDoNotChangeBits) {
   for (int i = 0; i < 8; ++i) {
     const Case c = random_case(rng, false, 700 + i);
     const sim::Scenario sc = sim::make_scenario(c.spec);
-    SCOPED_TRACE(trace(sc, c.options));
+    SCOPED_TRACE(testing::describe_run(sc, c.options));
     sim::RunOptions clean = c.options;
     clean.poison = false;
     sim::RunOptions dirty = c.options;

@@ -20,17 +20,13 @@ using multigpu_testing::world;
 using testing::custom_scenario;
 using testing::describe;
 
-std::string trace(const sim::Scenario& sc, const sim::RunOptions& o) {
-  return describe(sc.spec) + "\n" + describe(o) + "\n" + testing::describe_batch(sc.batch);
-}
-
 // Multi-GPU result vs the single-GPU simulation and the reference. The collectives only move
 // data, except the ag_rs reduce-scatter, which for W = 2 is one f32 addition (the same bits in
 // either order): so wherever the simulation itself is deterministic, a2a and two-rank ag_rs
 // results must be bit-identical to it, and within the tolerance otherwise.
 void expect_multigpu_matches(const RankCollectives& ranks, const sim::Scenario& sc,
                              const sim::RunOptions& o) {
-  SCOPED_TRACE(trace(sc, o));
+  SCOPED_TRACE(testing::describe_run(sc, o));
   const auto multi = sim::run_dcp(sc, one_gpu_per_rank(), ranks.factory(), o);
   const auto simulated = sim::run_dcp(sc, all_on_gpu0(), o);
   const auto tol = sim::tolerance_for(sc.spec, o);

@@ -136,6 +136,11 @@ inline std::string describe_batch(const Batch& b) {
   return s + fmt::format(", rows {}", b.rows());
 }
 
+// A run's scenario, options and batch, for a failure message.
+inline std::string describe_run(const sim::Scenario& sc, const sim::RunOptions& o) {
+  return describe(sc.spec) + "\n" + describe(o) + "\n" + describe_batch(sc.batch);
+}
+
 inline std::string describe(const sim::Comparison& c) {
   std::string s = fmt::format("max|dO| {:.3e} max|dLSE| {:.3e} padding_exact {}", c.max_out_error,
                               c.max_lse_error, c.padding_exact);
