@@ -22,16 +22,17 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
-// Pages of 16 tokens or more (4 boxes a chunk at most). Block size 16 ran (128, 8192, 16, 1) in
-// 450 us with the bulk copies and 572 us with the threads' copies (2026-11-30).
+// Pages of 16 tokens or more that hold whole 64-row boxes or fit in one (4 boxes a chunk at most,
+// none straddling a page). Block size 16 ran (128, 8192, 16, 1) in 450 us with the bulk copies
+// and 572 us with the threads' copies (2026-11-30).
 bool bulk_copies_fit(int block_size) {
-  return block_size >= 16 && (block_size % 64 == 0 || 64 % block_size == 0);
+  return block_size >= 16 && (block_size % tc::kBoxRows == 0 || tc::kBoxRows % block_size == 0);
 }
 
 void encode_kv_map(DecodeParams& p) {
   const cuuint64_t dims[2] = {cuuint64_t(kHeadDim), cuuint64_t(p.num_blocks * p.block_size)};
   const cuuint64_t strides[1] = {cuuint64_t(kHeadDim) * 2};
-  const cuuint32_t box[2] = {64, cuuint32_t(std::min(p.block_size, 64))};
+  const cuuint32_t box[2] = {64, cuuint32_t(std::min(p.block_size, tc::kBoxRows))};
   const cuuint32_t elem[2] = {1, 1};
   const CUresult r = tensor_map_encoder()(
       &p.kv_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p.cache), dims, strides,

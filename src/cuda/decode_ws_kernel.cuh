@@ -19,14 +19,8 @@
 //   kPReady   scores -> output   P(i) and the factors of tile i are in shared memory
 //   kPFree    output -> scores   P.V of tile i is done: P may be overwritten
 // The loads of a stage are tracked by two mbarriers, one per output warpgroup (count 1), which
-// the scores warpgroup waits on directly, chunk set by chunk set. A bf16 tile inside the visible
-// range (block size 16, 32 or a multiple of 64) comes by bulk tensor copies (TMA): one thread of
-// the output warpgroup issues a 64-dim box per chunk and page, with the byte count on the mbarrier,
-// and nobody waits for them but the scores warpgroup. Other tiles (the last one of an item, which
-// needs zeros past the visible end; fp8, widened to bf16; other block sizes) are copied by the
-// warpgroup's threads, which wait for their own copies and then arrive once. The bulk copies
-// move a tile from L2 in 0.55-0.77 us per SM against ~2.1 us for the threads' copies
-// (dcpmla_load_bench), which is what made this kernel 1.2x faster on compute-bound shapes.
+// the scores warpgroup waits on directly, chunk set by chunk set (kv_tile_loader.cuh: bulk tensor
+// copies for bf16 tiles inside the visible range, the threads' copies otherwise).
 //
 // Shared memory (128-byte swizzled, hopper/wgmma.cuh): Q 72 KiB, KV 2 x 72 KiB, P 8 KiB, 64
 // rescale factors, the final m and l of each row, and the four mbarriers. As in v2, each pair's
@@ -39,6 +33,7 @@
 #include "decode_tc_common.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/tma.cuh"
+#include "kv_tile_loader.cuh"
 
 namespace dcpmla::cuda {
 namespace ws {
@@ -58,130 +53,6 @@ constexpr std::uint32_t kOffFull = kOffFinal + 2 * kPairs * 4u;  // uint64 [stag
 constexpr std::uint32_t kUsedBytes = kOffFull + 4 * 8u;
 constexpr std::uint32_t kSmemBytes = kUsedBytes + 1024;  // aligned up to 1024 inside
 static_assert(kSmemBytes <= 227u * 1024u, "sm_90 allows 227 KiB of shared memory per block");
-
-// Sources of the 16-byte units of tokens not read from the cache: zeros past the tile's visible
-// end, NaN for block ids outside the cache (as if the page were poisoned).
-static __device__ const uint4 kFillUnits[2] = {
-    {0u, 0u, 0u, 0u}, {0x7fc07fc0u, 0x7fc07fc0u, 0x7fc07fc0u, 0x7fc07fc0u}};
-
-// One output warpgroup's share of a KV tile (og 0: chunks 0-3 and 8, og 1: chunks 4-7): by its
-// threads, 2 per token, each copying 4 of the 8 16-byte units of every chunk; or by bulk copies.
-template <Cache C>
-struct OutputLoader {
-  int token;           // 0 .. 63
-  std::uint32_t off0;  // row offset of the thread's first unit in a chunk (swizzled), + 16 each
-  int half;            // which 4 units
-  int og;
-
-  __device__ __forceinline__ OutputLoader(int wt, int og_) : og(og_) {
-    token = wt >> 1;
-    half = wt & 1;
-    off0 = std::uint32_t(token) * 128u;
-  }
-  __device__ __forceinline__ static int chunk(int og, int k) {
-    return og == 0 ? (k < 4 ? k : 8) : 4 + k;
-  }
-  // Cache row of the thread's token in the tile at local token t0 (read early: it is a global
-  // load the copies depend on).
-  __device__ __forceinline__ std::int64_t entry(const DecodeParams& p, const DecodeTile& tile,
-                                                int t0) const {
-    return cache_entry(p, tile.request, t0 + token, tile.kv_visible_end);
-  }
-  // Issues the copies of the thread's token (cache row e) into stage `s`: asynchronous copies for
-  // bf16; for fp8, global loads widened to bf16 (exact) and stored in batches of four 16-byte loads
-  // (the output warpgroups are off the critical path, and o[] leaves few registers).
-  // Then arrives on the stage's mbarrier `bar` for this warpgroup, once the copies have landed.
-  __device__ __forceinline__ void issue(const DecodeParams& p, std::int64_t e, std::uint32_t s,
-                                        std::uint32_t bar) const {
-    const std::uint32_t swz = std::uint32_t(token & 7);
-    const int chunks = og == 0 ? 5 : 4;
-    if constexpr (C == Cache::bf16) {
-      const auto* src =
-          static_cast<const unsigned char*>(p.cache) + (e >= 0 ? e : 0) * (kHeadDim * 2);
-      // Rows not read from the cache are copied from a zero or NaN unit: every write of the tile
-      // is then a cp.async, which the mbarrier tracks.
-      const auto* fill =
-          reinterpret_cast<const unsigned char*>(&kFillUnits[e == kEntryNone ? 0 : 1]);
-#pragma unroll
-      for (int k = 0; k < 5; ++k) {
-        if (k < chunks) {
-          const int c = chunk(og, k);
-#pragma unroll
-          for (int u = 0; u < 4; ++u) {
-            // The token's two threads take alternate units: whole 32-byte sectors per warp copy.
-            const std::uint32_t unit = std::uint32_t(2 * u + half);
-            const std::uint32_t dst = s + c * kChunkBytes + off0 + ((unit ^ swz) << 4);
-            cp_async16(dst, e >= 0 ? src + c * 128 + unit * 16 : fill);
-          }
-        }
-      }
-      cp_async_wait_all();
-    } else {
-      // Chunk c's dims [32 half, 32 half + 32) are fp8 bytes c * 64 + 32 half + [0, 32): two
-      // 16-byte loads, each widened into two 16-byte bf16 units 4 half + 2 v, 4 half + 2 v + 1.
-      const auto* src = static_cast<const uint4*>(p.cache) + (e >= 0 ? e : 0) * (kHeadDim / 16);
-      const std::uint32_t fill = e == kEntryNone ? 0u : 0x7f7f7f7fu;  // zeros or e4m3 NaN
-#pragma unroll
-      for (int k0 = 0; k0 < 5; k0 += 2) {
-        uint4 raw[2][2];
-#pragma unroll
-        for (int k = k0; k < k0 + 2; ++k) {
-#pragma unroll
-          for (int v = 0; v < 2; ++v) {
-            raw[k - k0][v] = (k < chunks && e >= 0) ? __ldg(src + chunk(og, k) * 4 + 2 * half + v)
-                                                    : make_uint4(fill, fill, fill, fill);
-          }
-        }
-#pragma unroll
-        for (int k = k0; k < k0 + 2; ++k) {
-          if (k >= chunks) continue;
-          const std::uint32_t row = s + chunk(og, k) * kChunkBytes + off0;
-#pragma unroll
-          for (int v = 0; v < 2; ++v) {
-            const uint4 r = raw[k - k0][v];
-            const std::uint32_t unit = std::uint32_t(4 * half + 2 * v);
-            st_shared16(row + ((unit ^ swz) << 4),
-                        make_uint4(widen_fp8x2(r.x), widen_fp8x2(r.x >> 16), widen_fp8x2(r.y),
-                                   widen_fp8x2(r.y >> 16)));
-            st_shared16(row + (((unit + 1) ^ swz) << 4),
-                        make_uint4(widen_fp8x2(r.z), widen_fp8x2(r.z >> 16), widen_fp8x2(r.w),
-                                   widen_fp8x2(r.w >> 16)));
-          }
-        }
-      }
-    }
-    // The warpgroup's copies have all landed (bf16) or are stored (fp8): one arrival publishes
-    // them (the barrier's count is 1, as for the bulk copies).
-    hopper::fence_proxy_async_shared();
-    named_barrier_sync(kLoaded + og, 128);
-    if ((threadIdx.x & 127) == 0) hopper::mbarrier_arrive(bar);
-  }
-
-  // The bulk tensor copies of the warpgroup's chunks of the tile at local token t0, issued by
-  // one thread: one box of 64 dims x R rows (R = min(block size, 64)) per page and chunk. A page
-  // whose block id is outside the cache is asked for past the tensor's end, which the copy
-  // engine fills with NaN without reading memory (as if the page were poisoned).
-  __device__ __forceinline__ void issue_bulk(const DecodeParams& p, const DecodeTile& tile, int t0,
-                                             std::uint32_t s, std::uint32_t bar) const {
-    const int chunks = og == 0 ? 5 : 4;
-    const int rows_per_box = min(p.block_size, kKeys);
-    const int boxes = kKeys / rows_per_box;
-    hopper::mbarrier_arrive_expect_tx(bar, std::uint32_t(chunks) * kChunkBytes);
-    const std::int64_t end_row = p.num_blocks * p.block_size;
-    for (int b = 0; b < boxes; ++b) {
-      const int t = t0 + b * rows_per_box;
-      const std::int64_t id =
-          p.block_table[std::int64_t(tile.request) * p.max_blocks + t / p.block_size];
-      const std::int64_t row =
-          (id >= 0 && id < p.num_blocks) ? id * p.block_size + t % p.block_size : end_row;
-      for (int k = 0; k < chunks; ++k) {
-        const int c = chunk(og, k);
-        hopper::bulk_tensor_load_2d(s + c * kChunkBytes + std::uint32_t(b * rows_per_box) * 128u,
-                                    &p.kv_map, c * 64, int(row), bar);
-      }
-    }
-  }
-};
 
 // Bulk: bf16 tiles that lie inside the visible range come by bulk tensor copies (p.kv_map);
 // the others (and every fp8 tile) by the threads' copies.
@@ -212,18 +83,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Tile `index` of the item into its stage, by output warpgroup ld.og (all 128 threads call;
   // e: the cache row of the thread's token, for the threads' copies).
-  const int rows_per_box = min(p.block_size, kKeys);
   auto load_tile = [&](const OutputLoader<C>& ld, int index, std::int64_t e) {
-    const int t0 = tile.kv_begin + index * kKeys;
-    const std::uint32_t dst = s_kv + std::uint32_t(index & 1) * kTileBytes;
-    const std::uint32_t bar = full(index & 1, ld.og);
-    const bool bulk = Bulk && t0 + kKeys <= tile.kv_visible_end && t0 % rows_per_box == 0 &&
-                      (p.block_size <= kKeys || t0 % p.block_size + kKeys <= p.block_size);
-    if (!bulk) {
-      ld.issue(p, e, dst, bar);
-    } else if ((tid & 127) == 0) {
-      ld.issue_bulk(p, tile, t0, dst, bar);
-    }
+    ld.template load<Bulk>(p, tile, index, e, s_kv + std::uint32_t(index & 1) * kTileBytes,
+                           full(index & 1, ld.og));
   };
 
   if (tid == 0) {
@@ -233,7 +95,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (n > 0) {
     load_q<kThreads>(p, tile, s_q, tid);
     if (wg > 0) {
-      const OutputLoader<C> ld(wt, wg - 1);
+      const OutputLoader<C> ld(wt, wg - 1, kLoaded + wg - 1);
       load_tile(ld, 0, ld.entry(p, tile, tile.kv_begin));
       if (n > 1) load_tile(ld, 1, ld.entry(p, tile, tile.kv_begin + kKeys));
     }
@@ -367,12 +229,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     // ---- output warpgroups -------------------------------------------------------------------
     const int og = wg - 1;
-    const OutputLoader<C> ld(wt, og);
+    const OutputLoader<C> ld(wt, og, kLoaded + og);
     const std::uint64_t desc_p = hopper::smem_descriptor(s_p, 16, 1024);
     for (int i = 0; i < n; ++i) {
       const int stage = i & 1;
       const std::int64_t next_entry =
           i + 2 < n ? ld.entry(p, tile, tile.kv_begin + (i + 2) * kKeys) : kEntryNone;
+      // Tile i + 2's pages, read now by the thread that issues its bulk copies.
+      const bool next_bulk = i + 2 < n && OutputLoader<C>::template bulk<Bulk>(p, tile, i + 2);
+      typename OutputLoader<C>::BoxRows next_rows{};
+      if (next_bulk && wt == 0) {
+        next_rows = OutputLoader<C>::box_rows(p, tile, tile.kv_begin + (i + 2) * kKeys);
+      }
       named_barrier_sync(kPReady, kThreads);
       const float f0 = factors[rows[0]], f1 = factors[rows[1]];
       if (__any_sync(0xffffffffu, f0 != 1.0f || f1 != 1.0f)) {
@@ -397,7 +265,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       hopper::pin_registers(o);
       if (i + 1 < n) named_barrier_arrive(kPFree, kThreads);
       // Tile i + 2 into the stage tile i used.
-      if (i + 2 < n) load_tile(ld, i + 2, next_entry);
+      const std::uint32_t next_dst = s_kv + std::uint32_t(stage) * kTileBytes;
+      if (next_bulk) {
+        if (wt == 0) ld.issue_bulk(p, next_rows, next_dst, full(stage, og));
+      } else if (i + 2 < n) {
+        load_tile(ld, i + 2, next_entry);
+      }
     }
   }
   __syncthreads();  // the final m and l of every row are written

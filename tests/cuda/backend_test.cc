@@ -262,14 +262,15 @@ TEST(CudaBackend, DecodeMatchesCpuBackend) {
 }
 
 // The bulk tensor copy path of bf16 caches (block size 16, 32 or a multiple of 64: up to four
-// boxes per chunk; whole tiles inside the visible range, the last tile by the threads' copies),
-// with splits that start tiles inside pages, against the CPU backend.
+// boxes per chunk; whole tiles inside the visible range, the last tile by the threads' copies;
+// block sizes 48 and 96 take the threads' copies throughout), with splits that start tiles
+// inside pages, against the CPU backend.
 TEST(CudaBackend, BulkCopyBlockSizesMatchCpuBackend) {
   DCPMLA_REQUIRE_GPU();
   auto be = make_backend();
   auto cpu = make_cpu_backend(4);
   int seed = 100;
-  for (int bs : {16, 32, 64, 128, 256}) {
+  for (int bs : {16, 32, 48, 64, 96, 128, 256}) {
     for (int H : {16, 128}) {
       for (int chunk_blocks : {0, 1, 3}) {
         sim::ScenarioSpec spec;
@@ -528,8 +529,9 @@ TEST(CudaBackend, InvalidDeviceBlockIdsReadNoMemory) {
   DCPMLA_REQUIRE_GPU();
   if (on_cpu()) GTEST_SKIP() << "the CPU backend rejects invalid block ids on the host";
   auto be = make_backend();
-  // Block size 8: the threads' copies; 16 and 64: the bulk copies, which ask past the cache's end.
-  for (int bs : {8, 16, 64}) {
+  // Block sizes 8 and 96: the threads' copies; 16 and 64: the bulk copies, which ask past the
+  // cache's end.
+  for (int bs : {8, 16, 64, 96}) {
     SCOPED_TRACE("block size " + std::to_string(bs));
     sim::ScenarioSpec spec;
     spec.heads = 16;
