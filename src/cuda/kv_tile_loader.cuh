@@ -62,9 +62,9 @@ struct OutputLoader {
   // Then arrives on the stage's mbarrier `bar` for this warpgroup, once the copies have landed.
   __device__ __forceinline__ void issue(const DecodeParams& p, std::int64_t e, std::uint32_t s,
                                         std::uint32_t bar) const {
-    const std::uint32_t swz = std::uint32_t(token & 7);
-    const int chunks = og == 0 ? 5 : 4;
     if constexpr (C == Cache::bf16) {
+      const std::uint32_t swz = std::uint32_t(token & 7);
+      const int chunks = og == 0 ? 5 : 4;
       const auto* src =
           static_cast<const unsigned char*>(p.cache) + (e >= 0 ? e : 0) * (kHeadDim * 2);
       // Rows not read from the cache are copied from a zero or NaN unit: every write of the tile
@@ -85,64 +85,83 @@ struct OutputLoader {
         }
       }
       cp_async_wait_all();
+      publish(bar);
     } else {
-      // fp8: the warpgroup's e4m3 bytes (4 KiB a chunk) are copied asynchronously into the upper
-      // half of each chunk's bf16 area, all at once (one memory latency a tile, not one per batch
-      // of loads), then widened in place. Chunk c's dims [32 half, 32 half + 32) are fp8 bytes
-      // c * 64 + 32 half + [0, 32) of the token's row, staged at token * 64 + 32 half.
-      const auto* src = static_cast<const unsigned char*>(p.cache) + (e >= 0 ? e : 0) * kHeadDim;
-      const auto* fill =
-          reinterpret_cast<const unsigned char*>(&kFp8FillUnits[e == kEntryNone ? 0 : 1]);
-      const std::uint32_t staged = std::uint32_t(token) * 64u + 32u * std::uint32_t(half);
+      stage_fp8(p, e, s);
+      widen_fp8(s, bar);
+    }
+  }
+
+  // fp8, first half: the warpgroup's e4m3 bytes (4 KiB a chunk) are copied asynchronously into
+  // the upper half of each chunk's bf16 area, all at once (one memory latency a tile). Chunk c's
+  // dims [32 half, 32 half + 32) are fp8 bytes c * 64 + 32 half + [0, 32) of the token's row,
+  // staged at token * 64 + 32 half.
+  __device__ __forceinline__ void stage_fp8(const DecodeParams& p, std::int64_t e,
+                                            std::uint32_t s) const {
+    const int chunks = og == 0 ? 5 : 4;
+    const auto* src = static_cast<const unsigned char*>(p.cache) + (e >= 0 ? e : 0) * kHeadDim;
+    const auto* fill =
+        reinterpret_cast<const unsigned char*>(&kFp8FillUnits[e == kEntryNone ? 0 : 1]);
+    const std::uint32_t staged = std::uint32_t(token) * 64u + 32u * std::uint32_t(half);
 #pragma unroll
-      for (int k = 0; k < 5; ++k) {
-        if (k < chunks) {
-          const int c = chunk(og, k);
+    for (int k = 0; k < 5; ++k) {
+      if (k < chunks) {
+        const int c = chunk(og, k);
 #pragma unroll
-          for (int v = 0; v < 2; ++v) {
-            cp_async16(s + c * kChunkBytes + kStagedFp8 + staged + 16 * v,
-                       e >= 0 ? src + c * 64 + 32 * half + 16 * v : fill);
-          }
-        }
-      }
-      cp_async_wait_all();
-      named_barrier_sync(loaded_barrier, 128);
-      // Widening writes rows 32-63 over the staged bytes of other threads' tokens: each pair of
-      // chunks is read by all threads before any writes it.
-#pragma unroll
-      for (int k0 = 0; k0 < 5; k0 += 2) {
-        uint4 raw[2][2];
-#pragma unroll
-        for (int k = k0; k < k0 + 2; ++k) {
-#pragma unroll
-          for (int v = 0; v < 2; ++v) {
-            if (k < chunks) {
-              raw[k - k0][v] =
-                  ld_shared16(s + chunk(og, k) * kChunkBytes + kStagedFp8 + staged + 16 * v);
-            }
-          }
-        }
-        named_barrier_sync(loaded_barrier, 128);
-#pragma unroll
-        for (int k = k0; k < k0 + 2; ++k) {
-          if (k >= chunks) continue;
-          const std::uint32_t row = s + chunk(og, k) * kChunkBytes + off0;
-#pragma unroll
-          for (int v = 0; v < 2; ++v) {
-            const uint4 r = raw[k - k0][v];
-            const std::uint32_t unit = std::uint32_t(4 * half + 2 * v);
-            st_shared16(row + ((unit ^ swz) << 4),
-                        make_uint4(widen_fp8x2(r.x), widen_fp8x2(r.x >> 16), widen_fp8x2(r.y),
-                                   widen_fp8x2(r.y >> 16)));
-            st_shared16(row + (((unit + 1) ^ swz) << 4),
-                        make_uint4(widen_fp8x2(r.z), widen_fp8x2(r.z >> 16), widen_fp8x2(r.w),
-                                   widen_fp8x2(r.w >> 16)));
-          }
+        for (int v = 0; v < 2; ++v) {
+          cp_async16(s + c * kChunkBytes + kStagedFp8 + staged + 16 * v,
+                     e >= 0 ? src + c * 64 + 32 * half + 16 * v : fill);
         }
       }
     }
-    // The warpgroup's copies have all landed (bf16) or are stored (fp8): one arrival publishes
-    // them (the barrier's count is 1, as for the bulk copies).
+  }
+  // fp8, second half: once the staged bytes have landed, widens them in place and publishes the
+  // warpgroup's chunks on `bar`.
+  __device__ __forceinline__ void widen_fp8(std::uint32_t s, std::uint32_t bar) const {
+    const std::uint32_t swz = std::uint32_t(token & 7);
+    const int chunks = og == 0 ? 5 : 4;
+    const std::uint32_t staged = std::uint32_t(token) * 64u + 32u * std::uint32_t(half);
+    cp_async_wait_all();
+    named_barrier_sync(loaded_barrier, 128);
+    // Widening writes rows 32-63 over the staged bytes of other threads' tokens: each pair of
+    // chunks is read by all threads before any writes it.
+#pragma unroll
+    for (int k0 = 0; k0 < 5; k0 += 2) {
+      uint4 raw[2][2];
+#pragma unroll
+      for (int k = k0; k < k0 + 2; ++k) {
+#pragma unroll
+        for (int v = 0; v < 2; ++v) {
+          if (k < chunks) {
+            raw[k - k0][v] =
+                ld_shared16(s + chunk(og, k) * kChunkBytes + kStagedFp8 + staged + 16 * v);
+          }
+        }
+      }
+      named_barrier_sync(loaded_barrier, 128);
+#pragma unroll
+      for (int k = k0; k < k0 + 2; ++k) {
+        if (k >= chunks) continue;
+        const std::uint32_t row = s + chunk(og, k) * kChunkBytes + off0;
+#pragma unroll
+        for (int v = 0; v < 2; ++v) {
+          const uint4 r = raw[k - k0][v];
+          const std::uint32_t unit = std::uint32_t(4 * half + 2 * v);
+          st_shared16(row + ((unit ^ swz) << 4),
+                      make_uint4(widen_fp8x2(r.x), widen_fp8x2(r.x >> 16), widen_fp8x2(r.y),
+                                 widen_fp8x2(r.y >> 16)));
+          st_shared16(row + (((unit + 1) ^ swz) << 4),
+                      make_uint4(widen_fp8x2(r.z), widen_fp8x2(r.z >> 16), widen_fp8x2(r.w),
+                                 widen_fp8x2(r.w >> 16)));
+        }
+      }
+    }
+    publish(bar);
+  }
+
+  // The warpgroup's copies have all landed (bf16) or are stored (fp8): one arrival publishes
+  // them (the barrier's count is 1, as for the bulk copies).
+  __device__ __forceinline__ void publish(std::uint32_t bar) const {
     hopper::fence_proxy_async_shared();
     named_barrier_sync(loaded_barrier, 128);
     if ((threadIdx.x & 127) == 0) hopper::mbarrier_arrive(bar);
