@@ -2,8 +2,6 @@
 // cache for its bulk tensor copies (bf16 caches whose block size is 16, 32 or a multiple of 64).
 #include <cudaTypedefs.h>
 
-#include <cstdlib>
-
 #include "check.h"
 #include "decode_ws_kernel.cuh"
 #include "launch_config.h"
@@ -44,40 +42,6 @@ void encode_kv_map(DecodeParams& p) {
           std::to_string(int(r)));
 }
 
-// EXPERIMENT (session 4): DCPMLA_EXPERIMENT_CLUSTER=k launches the decode in thread block
-// clusters of k (grid padded with blocks that exit), which co-schedules k consecutive tiles, the
-// row tiles of one work item that read the same KV, so their loads meet in L2.
-template <auto kernel>
-void launch_decode(unsigned blocks, int threads, std::uint32_t smem, const DecodeParams& p,
-                   cudaStream_t s) {
-  static const int cluster = [] {
-    const char* c = std::getenv("DCPMLA_EXPERIMENT_CLUSTER");
-    return c != nullptr ? std::atoi(c) : 0;
-  }();
-  if (cluster <= 1) {
-    launch_with_shared_memory<kernel>(blocks, threads, smem, p, s, "decode_ws_kernel<<<>>>");
-    return;
-  }
-  DCPMLA_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  if (cluster > 8) {
-    DCPMLA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  }
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3((blocks + cluster - 1) / cluster * cluster);
-  cfg.blockDim = dim3(threads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = unsigned(cluster);
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  DCPMLA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
-}
-
 }  // namespace
 
 bool tensor_core_decode_supports(DType q_dtype, DType cache_dtype) {
@@ -91,8 +55,8 @@ void launch_decode_tc(const DecodeParams& params, DType cache_dtype, std::int64_
   const unsigned blocks = unsigned(num_tiles);
   if (cache_dtype == DType::bf16 && bulk_copies_fit(p.block_size)) {
     encode_kv_map(p);
-    launch_decode<ws::decode_ws_kernel<tc::Cache::bf16, true>>(blocks, ws::kThreads,
-                                                               ws::kSmemBytes, p, s);
+    launch_with_shared_memory<ws::decode_ws_kernel<tc::Cache::bf16, true>>(
+        blocks, ws::kThreads, ws::kSmemBytes, p, s, "decode_ws_kernel<<<>>>");
   } else if (cache_dtype == DType::bf16) {
     launch_with_shared_memory<ws::decode_ws_kernel<tc::Cache::bf16, false>>(
         blocks, ws::kThreads, ws::kSmemBytes, p, s, "decode_ws_kernel<<<>>>");
