@@ -216,6 +216,9 @@ std::vector<Shape> shapes() {
                "64-row tiles, H = 96"});
   v.push_back({"kimi_k3_dcp8", 32, 32768, 96, ragged_q(32, 8, 7), Form::native, 8, 0, ""});
   v.push_back({"kimi_k3_dcp8", 32, 32768, 12, uniform(32, 1), Form::native, 8, 283, "H = 12"});
+  // (64, 4096, 128, 8) with 8 requests: 38 MB of KV, which fits in L2, in one wave of 128
+  // thread blocks; its time per tile against the 64-request shape's shows what DRAM costs.
+  v.push_back({"l2_resident", 8, 4096, 128, uniform(8, 8), Form::native, 1, 0, "KV fits in L2"});
   // Cache formats: block sizes 16 and 32 (no cliff expected: tokens are gathered one by one) and
   // the fp8 e4m3 cache (half the bytes), on a memory-bound and a compute-bound shape.
   for (const auto& [B, L, H, Q] : {std::tuple{128, 8192, 16, 1}, std::tuple{64, 4096, 128, 2}}) {
