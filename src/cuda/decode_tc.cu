@@ -2,9 +2,6 @@
 // cache for its bulk tensor copies (bf16 caches whose block size is 16, 32 or a multiple of 64).
 #include <cudaTypedefs.h>
 
-#include <cstdlib>
-#include <string>
-
 #include "check.h"
 #include "decode_ws_kernel.cuh"
 #include "launch_config.h"
@@ -32,16 +29,6 @@ bool bulk_copies_fit(int block_size) {
   return block_size >= 16 && (block_size % tc::kBoxRows == 0 || tc::kBoxRows % block_size == 0);
 }
 
-// EXPERIMENT (session 4): DCPMLA_EXPERIMENT_L2_PROMO=none|64|128|256 (default 256).
-CUtensorMapL2promotion experiment_promotion() {
-  const char* v = std::getenv("DCPMLA_EXPERIMENT_L2_PROMO");
-  const std::string s = v == nullptr ? "256" : v;
-  if (s == "none") return CU_TENSOR_MAP_L2_PROMOTION_NONE;
-  if (s == "64") return CU_TENSOR_MAP_L2_PROMOTION_L2_64B;
-  if (s == "128") return CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
-  return CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
-}
-
 void encode_kv_map(DecodeParams& p) {
   const cuuint64_t dims[2] = {cuuint64_t(kHeadDim), cuuint64_t(p.num_blocks * p.block_size)};
   const cuuint64_t strides[1] = {cuuint64_t(kHeadDim) * 2};
@@ -49,11 +36,8 @@ void encode_kv_map(DecodeParams& p) {
   const cuuint32_t elem[2] = {1, 1};
   const CUresult r = tensor_map_encoder()(
       &p.kv_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p.cache), dims, strides,
-      box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, experiment_promotion(),
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA);
-  // EXPERIMENT (session 4): DCPMLA_EXPERIMENT_L2_HINT=last|first.
-  const char* hint = std::getenv("DCPMLA_EXPERIMENT_L2_HINT");
-  p.l2_hint = hint == nullptr ? 0 : std::string(hint) == "last" ? 1 : 2;
+      box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA);
   require(r == CUDA_SUCCESS, ErrorCode::backend_failure, "cuTensorMapEncodeTiled", "CUDA_SUCCESS",
           std::to_string(int(r)));
 }

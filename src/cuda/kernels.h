@@ -42,7 +42,6 @@ struct DecodeParams {
   // Set by launch_decode_tc for bf16 caches: the cache as a [num_blocks * block_size, 576] bf16
   // tensor in boxes of 64 dims x min(block_size, 64) rows, 128-byte swizzle, NaN past its end.
   CUtensorMap kv_map{};
-  int l2_hint = 0;  // EXPERIMENT: 0 none, 1 evict_last, 2 evict_first on the bulk copies
 };
 void launch_decode_tiles(const DecodeParams& p, DType q_dtype, DType cache_dtype,
                          std::int64_t num_tiles, cudaStream_t s);

@@ -212,14 +212,8 @@ struct OutputLoader {
       if (b * rows_per_box >= kKeys) break;
       for (int k = 0; k < chunks; ++k) {
         const int c = chunk(og, k);
-        const std::uint32_t dst = s + c * kChunkBytes + std::uint32_t(b * rows_per_box) * 128u;
-        if (p.l2_hint == 0) {
-          hopper::bulk_tensor_load_2d(dst, &p.kv_map, c * 64, rows.row[b], bar);
-        } else {
-          hopper::bulk_tensor_load_2d_hint(dst, &p.kv_map, c * 64, rows.row[b], bar,
-                                           p.l2_hint == 1 ? hopper::l2_policy_evict_last()
-                                                          : hopper::l2_policy_evict_first());
-        }
+        hopper::bulk_tensor_load_2d(s + c * kChunkBytes + std::uint32_t(b * rows_per_box) * 128u,
+                                    &p.kv_map, c * 64, rows.row[b], bar);
       }
     }
   }

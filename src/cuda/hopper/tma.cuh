@@ -21,27 +21,4 @@ __device__ __forceinline__ void bulk_tensor_load_2d(std::uint32_t dst, const CUt
       : "memory");
 }
 
-// The same with an L2 cache policy (from createpolicy) for the lines it reads.
-__device__ __forceinline__ void bulk_tensor_load_2d_hint(std::uint32_t dst, const CUtensorMap* map,
-                                                         int x, int y, std::uint32_t bar,
-                                                         std::uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-      "l"(map), "r"(x), "r"(y), "r"(bar), "l"(policy)
-      : "memory");
-}
-
-// L2 policies: keep the lines longer than others (evict_last) or drop them first (evict_first).
-__device__ __forceinline__ std::uint64_t l2_policy_evict_last() {
-  std::uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
-  return p;
-}
-__device__ __forceinline__ std::uint64_t l2_policy_evict_first() {
-  std::uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
-  return p;
-}
-
 }  // namespace dcpmla::cuda::hopper
