@@ -103,23 +103,20 @@ if want demo; then
     fail "demo needs 2 GPUs, found $GPUS"
   else
     for dtype in bf16 fp8; do
-      for combine in ag_rs a2a a2a_overlap; do
+      for combine in ag_rs a2a; do
         name="demo_${dtype}_${combine}"
-        args=(--combine "${combine%_overlap}")
-        [ "$combine" = a2a_overlap ] && args+=(--overlap)
-        log "dcpmla demo --backend cuda --dcp $W --gpus $W --dtype $dtype ${args[*]}"
+        log "dcpmla demo --backend cuda --dcp $W --gpus $W --dtype $dtype --combine $combine"
         timeout "$(cap 60)" "$BUILD/tools/dcpmla" demo --backend cuda --dcp "$W" --gpus "$W" \
-          --dtype "$dtype" "${args[@]}" > "$OUT/$name.log" 2>&1
+          --dtype "$dtype" --combine "$combine" > "$OUT/$name.log" 2>&1
         rc=$?
         tail -8 "$OUT/$name.log"
         [ $rc -eq 0 ] || fail "$name (rc $rc, see $name.log)"
       done
     done
     # DeepSeek-sized: 128 heads, 16 requests, contexts up to 8K.
-    log "dcpmla demo --backend cuda --dcp $W --gpus $W --heads 128 --requests 16 --max-context 8192 --combine a2a --overlap"
+    log "dcpmla demo --backend cuda --dcp $W --gpus $W --heads 128 --requests 16 --max-context 8192"
     timeout "$(cap 120)" "$BUILD/tools/dcpmla" demo --backend cuda --dcp "$W" --gpus "$W" \
-      --heads 128 --requests 16 --max-context 8192 --combine a2a --overlap \
-      > "$OUT/demo_h128.log" 2>&1
+      --heads 128 --requests 16 --max-context 8192 --combine a2a > "$OUT/demo_h128.log" 2>&1
     rc=$?
     tail -8 "$OUT/demo_h128.log"
     [ $rc -eq 0 ] || fail "demo_h128 (rc $rc, see demo_h128.log)"

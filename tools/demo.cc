@@ -9,7 +9,6 @@
 
 #include "commands.h"
 #include "dcpmla/cpu_backend.h"
-#include "dcpmla/error.h"
 #include "dcpmla/sim/runner.h"
 #include "dcpmla/sim/scenario.h"
 #include "placement.h"
@@ -21,7 +20,6 @@ struct DemoOptions {
   sim::ScenarioSpec spec;
   std::string dtype = "bf16";
   std::string combine = "ag_rs";
-  bool overlap = false;
   std::string backend = "cpu";
   int gpus = 0;
   int threads = 0;
@@ -38,20 +36,17 @@ int run_demo(DemoOptions o) {
   const int per_rank = std::max(
       1, (o.threads > 0 ? o.threads : int(std::thread::hardware_concurrency())) / spec.world);
   const Placement ranks = place_ranks(o.backend, spec.world, o.gpus, per_rank);
-  require(!o.overlap || combine == Combine::a2a, ErrorCode::invalid_argument, "--overlap",
-          "--combine a2a", "--combine " + o.combine);
   sim::RunOptions run;
   run.combine = combine;
-  run.overlap_combine = o.overlap;
   // Enough work items to fill the threads of a rank, or the SMs of a GPU (132 on the H200).
   run.limits.target_work_items = o.backend == "cuda" ? 264 : cpu_target_work_items(per_rank);
 
   fmt::print(
       "dcpmla demo ({}): W={} I={} H={} requests={} max drafts={} block size={} kv {} "
-      "q/out {} combine {}{} seed {}\n",
+      "q/out {} combine {} seed {}\n",
       ranks.description, spec.world, spec.interleave, spec.heads, spec.requests, spec.max_drafts,
       spec.block_size, to_string(spec.kv_dtype), to_string(spec.q_dtype), to_string(combine),
-      o.overlap ? " overlapped with the decode" : "", spec.seed);
+      spec.seed);
   fmt::print(
       "batch: {} tokens in {} requests ({}), {} cache blocks per rank, unused pages NaN, "
       "block ids permuted\n",
@@ -138,8 +133,6 @@ Runner add_demo(CLI::App& app) {
   app.add_option("--max-context", o->spec.max_context, "longest global length T");
   app.add_option("--dtype", o->dtype, "KV cache dtype: fp32, bf16 or fp8");
   app.add_option("--combine", o->combine, "DCP combine: ag_rs or a2a");
-  app.add_flag("--overlap", o->overlap,
-               "with --combine a2a: send each owner group's heads while the next group decodes");
   app.add_option("--seed", o->spec.seed, "random seed");
   app.add_option("--threads", o->threads, "CPU threads in total (0 = all)");
   app.add_option("--backend", o->backend, "cpu or cuda");

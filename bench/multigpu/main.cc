@@ -1,10 +1,7 @@
 // dcpmla_multigpu_bench: one DCP decode step (one layer's attention) across GPUs over NCCL. Per
 // step: the query all-gather, the attention (local decode over the rank's KV shard) and the
-// combine (ag_rs, a2a, a2a with the bf16 payload, and both a2a payloads overlapped with the
-// decode of one owner group at a time, separately), timed with CUDA events, for W = 1 and
-// W = 2, 4, ... up to the GPUs present; the whole step time, and its ratio to W = 1. The
-// "comb/dec" column and the combine target take, for the overlapped variants, what the step
-// costs beyond the gather and the same payload's plain decode.
+// combine (ag_rs, a2a, and a2a with the bf16 payload, separately), timed with CUDA events, for
+// W = 1 and W = 2, 4, ... up to the GPUs present; the whole step time, and its ratio to W = 1.
 // Writes JSON (command, commit, date, devices, versions, every timing, the targets) and
 // prints a table.
 #include <cuda_runtime_api.h>

@@ -28,19 +28,14 @@ struct RankRecord {
 struct Variant {
   Combine combine;
   DType payload;
-  bool overlap;
 };
-constexpr Variant kVariants[] = {{Combine::ag_rs, DType::f32, false},
-                                 {Combine::a2a, DType::f32, false},
-                                 {Combine::a2a, DType::bf16, false},
-                                 {Combine::a2a, DType::f32, true},
-                                 {Combine::a2a, DType::bf16, true}};
+constexpr Variant kVariants[] = {
+    {Combine::ag_rs, DType::f32}, {Combine::a2a, DType::f32}, {Combine::a2a, DType::bf16}};
 
 CombineTiming summarize(Variant v, std::size_t c, const std::vector<RankRecord>& ranks, int steps) {
   CombineTiming t;
   t.combine = v.combine;
   t.payload = v.payload;
-  t.overlap = v.overlap;
   std::vector<double> gather, decode, comb, step;
   for (int i = 0; i < steps; ++i) {
     double g = 0, d = 0, k = 0, s = 0;
@@ -102,13 +97,12 @@ ShapeTiming measure(const NcclLocalGroup& group, const Shape& shape, const Measu
         Communicator& comm = group.communicator(r);
         RankRecord& rec = records[std::size_t(r)];
         for (const Variant& v : kVariants) {
-          for (int i = 0; i < o.warmup; ++i)
-            step->run(comm, v.combine, v.payload, v.overlap, nullptr);
+          for (int i = 0; i < o.warmup; ++i) step->run(comm, v.combine, v.payload, nullptr);
           step->synchronize();
           sync.arrive_and_wait();  // start the timed steps together
           for (int i = 0; i < o.steps; ++i) {
             timer->set_step(i);
-            step->run(comm, v.combine, v.payload, v.overlap, timer.get());
+            step->run(comm, v.combine, v.payload, timer.get());
           }
           step->synchronize();
           std::vector<StepPhases> phases;

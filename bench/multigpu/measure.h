@@ -1,6 +1,5 @@
 // Times one shape as a W-rank DCP step on GPUs 0..W-1 over NCCL, every combine variant (ag_rs, a2a,
-// a2a with a bf16 payload, and both a2a payloads overlapped with the decode), with CUDA events
-// around every phase of every step.
+// a2a with a bf16 payload), with CUDA events around every phase of every step.
 #pragma once
 
 #include <string>
@@ -22,11 +21,9 @@ struct Stat {
 struct CombineTiming {
   Combine combine = Combine::ag_rs;
   DType payload = DType::f32;  // the a2a all-to-all's payload (DcpStepArgs::combine_payload)
-  bool overlap = false;        // DcpStepArgs::overlap_combine
-  // "ag_rs", "a2a", "a2a/bf16", "a2a/ovl" or "a2a/bf16/ovl".
+  // "ag_rs", "a2a" or "a2a/bf16".
   std::string label() const {
-    return std::string(to_string(combine)) + (payload == DType::bf16 ? "/bf16" : "") +
-           (overlap ? "/ovl" : "");
+    return std::string(to_string(combine)) + (payload == DType::bf16 ? "/bf16" : "");
   }
   Stat query_gather, decode, combine_phase, step;
   double loop_us_per_step = 0;  // first begin to last end over the timed steps, / steps (max over
@@ -41,7 +38,7 @@ struct ShapeTiming {
   double flops = 0;              // the step's attention FLOPs, all ranks together
   std::size_t work_items = 0;    // rank 0's plan
   bool output_finite = true;
-  std::vector<CombineTiming> combines;  // ag_rs, a2a, a2a/bf16, a2a/ovl, a2a/bf16/ovl
+  std::vector<CombineTiming> combines;  // ag_rs, a2a, a2a with the bf16 payload
 };
 
 struct MeasureOptions {

@@ -1,6 +1,5 @@
 #include "rank_step.h"
 
-#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -44,17 +43,13 @@ RankStep::RankStep(int rank, int world, const Shape& shape, const ShapeBatch& sb
   const Batch& batch = sb.batch;
   const int H = shape.heads, Hl = H / world;
   const Sharding sharding{world, rank, 1};
-  auto limits_for = [&](int heads) {
-    PlanLimits limits;
-    if (target_work_items > 0) {
-      limits.target_work_items = target_work_items;
-    } else {
-      limits = cuda_plan_limits(batch, sharding, heads, block_size, rank);
-    }
-    return limits;
-  };
-  plan_ = make_plan(batch, {sharding, H, block_size, sb.num_blocks, limits_for(H)});
-  group_plan_ = make_plan(batch, {sharding, Hl, block_size, sb.num_blocks, limits_for(Hl)});
+  PlanLimits limits;
+  if (target_work_items > 0) {
+    limits.target_work_items = target_work_items;
+  } else {
+    limits = cuda_plan_limits(batch, sharding, H, block_size, rank);
+  }
+  plan_ = make_plan(batch, {sharding, H, block_size, sb.num_blocks, limits});
   const std::int64_t N = plan_.num_rows;
 
   cache_ref_ = {nullptr, DType::bf16, sb.num_blocks, block_size, 1.0f};
@@ -68,9 +63,8 @@ RankStep::RankStep(int rank, int world, const Shape& shape, const ShapeBatch& sb
   backend_->upload(q_.data(), q_host.data(), q_.bytes(), stream_);
   out_ = DeviceBuffer(*backend_, std::size_t(N) * Hl * kLatentDim * 2);
   lse_ = DeviceBuffer(*backend_, std::size_t(N) * Hl * 4);
-  workspace_ = std::make_unique<DcpWorkspace>(
-      *backend_, world, N, Hl, DType::bf16,
-      std::max(decode_workspace_bytes(plan_), decode_workspace_bytes(group_plan_)));
+  workspace_ = std::make_unique<DcpWorkspace>(*backend_, world, N, Hl, DType::bf16,
+                                              decode_workspace_bytes(plan_));
 
   args_.plan = &plan_;
   args_.q_local = q_.tensor(DType::bf16, {N, Hl, kHeadDim});
@@ -90,10 +84,7 @@ RankStep::~RankStep() {
   }
 }
 
-void RankStep::run(Communicator& comm, Combine combine, DType payload, bool overlap,
-                   DcpStepTimer* timer) {
-  args_.plan = overlap ? &group_plan_ : &plan_;
-  args_.overlap_combine = overlap;
+void RankStep::run(Communicator& comm, Combine combine, DType payload, DcpStepTimer* timer) {
   args_.combine = combine;
   args_.combine_payload = payload;
   args_.timer = timer;

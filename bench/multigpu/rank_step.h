@@ -23,9 +23,8 @@ class RankStep {
   RankStep& operator=(const RankStep&) = delete;
   ~RankStep();
 
-  // Enqueues one step on this rank's stream (no host synchronisation); overlap: the a2a combine
-  // overlapped with the decode, on the plan for one owner group's heads.
-  void run(Communicator& comm, Combine combine, DType payload, bool overlap, DcpStepTimer* timer);
+  // Enqueues one step on this rank's stream (no host synchronisation).
+  void run(Communicator& comm, Combine combine, DType payload, DcpStepTimer* timer);
   void synchronize();
   // Downloads this rank's LSE: every row sees keys on every rank here, so all must be finite.
   bool output_finite();
@@ -40,7 +39,6 @@ class RankStep {
   std::unique_ptr<Backend> backend_;  // first: the buffers below free through it
   cudaStream_t stream_ = nullptr;
   Plan plan_;
-  Plan group_plan_;  // the same batch for the H / W heads of one owner group
   KvCacheRef cache_ref_;
   DeviceBuffer cache_, block_table_, q_, out_, lse_;
   std::unique_ptr<DcpWorkspace> workspace_;

@@ -8,23 +8,9 @@ namespace {
 const CombineTiming* same_combine(const Measured* m, const CombineTiming& c) {
   if (m == nullptr) return nullptr;
   for (const auto& t : m->timing.combines) {
-    if (t.combine == c.combine && t.payload == c.payload && t.overlap == c.overlap) return &t;
+    if (t.combine == c.combine && t.payload == c.payload) return &t;
   }
   return nullptr;
-}
-
-// The combine's share of the attention time. Overlapped, the sends run inside the decode phase,
-// so the share is what the step costs beyond the gather and the same payload's plain decode:
-// (step - gather - plain decode) / plain decode; otherwise combine phase / decode.
-double combine_share(const ShapeTiming& timing, const CombineTiming& t) {
-  if (!t.overlap) return t.combine_phase.median_us / t.decode.median_us;
-  for (const CombineTiming& plain : timing.combines) {
-    if (plain.combine == t.combine && plain.payload == t.payload && !plain.overlap) {
-      return (t.step.median_us - t.query_gather.median_us - plain.decode.median_us) /
-             plain.decode.median_us;
-    }
-  }
-  return t.combine_phase.median_us / t.decode.median_us;
 }
 
 nlohmann::json stat_json(const Stat& s) {
@@ -35,9 +21,9 @@ nlohmann::json stat_json(const Stat& s) {
 
 void print_header() {
   fmt::print(
-      "{:>2} {:>6} {:>3} {:>11} {:>3} {:>5} {:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}\n",
-      "W", "T", "H", "Q", "B", "rows", "comb", "gather_us", "decode_us", "combine", "step_us",
-      "loop_us", "vs_W1", "comb/dec");
+      "{:>2} {:>6} {:>3} {:>11} {:>3} {:>5} {:<8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}\n", "W",
+      "T", "H", "Q", "B", "rows", "comb", "gather_us", "decode_us", "combine", "step_us", "loop_us",
+      "vs_W1", "comb/dec");
 }
 
 void print_rows(const Measured& m, const Measured* baseline) {
@@ -45,13 +31,14 @@ void print_rows(const Measured& m, const Measured* baseline) {
   for (const CombineTiming& t : m.timing.combines) {
     const CombineTiming* base = same_combine(baseline, t);
     fmt::print(
-        "{:>2} {:>6} {:>3} {:>11} {:>3} {:>5} {:<12} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} "
+        "{:>2} {:>6} {:>3} {:>11} {:>3} {:>5} {:<8} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} "
         "{:>7} {:>6.1f}%{}\n",
         m.timing.world, s.context, s.heads, s.q_label(), s.batch, m.timing.rows, t.label(),
         t.query_gather.median_us, t.decode.median_us, t.combine_phase.median_us, t.step.median_us,
         t.loop_us_per_step,
         base ? fmt::format("{:.3f}", t.step.median_us / base->step.median_us) : "-",
-        100 * combine_share(m.timing, t), m.timing.output_finite ? "" : "  NON-FINITE OUTPUT");
+        100 * t.combine_phase.median_us / t.decode.median_us,
+        m.timing.output_finite ? "" : "  NON-FINITE OUTPUT");
   }
 }
 
@@ -67,8 +54,7 @@ nlohmann::json to_json(const Measured& m, const Measured* baseline) {
                      {"step", stat_json(t.step)},
                      {"loop_us_per_step", t.loop_us_per_step},
                      {"rank_step_median_us", t.rank_step_median_us},
-                     {"combine_over_decode", t.combine_phase.median_us / t.decode.median_us},
-                     {"combine_share", combine_share(m.timing, t)}};
+                     {"combine_over_decode", t.combine_phase.median_us / t.decode.median_us}};
     if (base) {
       c["step_over_w1_step"] = t.step.median_us / base->step.median_us;
       c["step_over_w1_decode"] = t.step.median_us / base->decode.median_us;
@@ -120,7 +106,7 @@ nlohmann::json targets(const std::vector<Measured>& all) {
         }
       }
       if (s.context == 32768 && s.batch == 32) {
-        const double frac = combine_share(m.timing, t);
+        const double frac = t.combine_phase.median_us / t.decode.median_us;
         out.push_back({{"target", "combine <= 10 % of attention time at 32K context, batch 32"},
                        {"shape", s.name()},
                        {"world", m.timing.world},

@@ -116,33 +116,6 @@ class Backend {
   virtual void combine_pack(const CombinePackArgs& args, Stream s) = 0;
   virtual void combine_merge(const CombineMergeArgs& args, Stream s) = 0;
   virtual void convert(const ConvertArgs& args, Stream s) = 0;
-
-  // A second stream, for work that may run beside the caller's stream (the DCP combine's
-  // sends while the next head group decodes). A backend that runs every call to completion in
-  // call order (the CPU) keeps these defaults: no stream, nothing to order.
-  virtual Stream create_stream() { return nullptr; }
-  virtual void destroy_stream(Stream) {}
-  // Work issued to `waiter` after this call starts only once the work issued to `signaler`
-  // before it is done (an event on the GPU; capturable in a CUDA graph).
-  virtual void stream_wait(Stream /*waiter*/, Stream /*signaler*/) {}
-};
-
-// A stream made by (and released through) a backend's create_stream.
-class OwnedStream {
- public:
-  OwnedStream() = default;
-  explicit OwnedStream(Backend& backend);
-  OwnedStream(OwnedStream&& other) noexcept;
-  OwnedStream& operator=(OwnedStream&& other) noexcept;
-  OwnedStream(const OwnedStream&) = delete;
-  OwnedStream& operator=(const OwnedStream&) = delete;
-  ~OwnedStream();
-
-  Stream get() const { return stream_; }
-
- private:
-  Backend* backend_ = nullptr;
-  Stream stream_ = nullptr;
 };
 
 // A buffer owned through a backend's allocator.

@@ -26,11 +26,6 @@ class Communicator {
   // recv [world, count] chunk r <- rank r's send chunk `rank`; send is [world, count].
   virtual void all_to_all(const void* send, void* recv, std::size_t count, DType dtype,
                           Stream s) = 0;
-  // One round of a ring exchange: send [count] -> rank `to`, recv [count] <- rank `from`. Every
-  // rank calls it in the same round with to = rank + k and from = rank - k (mod world) for the
-  // same k in [1, world), so the sends and receives pair up; to and from differ from rank.
-  virtual void send_recv(const void* send, int to, void* recv, int from, std::size_t count,
-                         DType dtype, Stream s) = 0;
 };
 
 // W ranks as threads of one process whose buffers all live in one address space (host memory, or
@@ -58,8 +53,6 @@ class InProcessCommunicator final : public Communicator {
   void all_gather(const void* send, void* recv, std::size_t count, DType dtype, Stream s) override;
   void reduce_scatter_sum(const float* send, float* recv, std::size_t count, Stream s) override;
   void all_to_all(const void* send, void* recv, std::size_t count, DType dtype, Stream s) override;
-  void send_recv(const void* send, int to, void* recv, int from, std::size_t count, DType dtype,
-                 Stream s) override;
 
  private:
   // Publishes `send`, waits for every rank, runs `read` (which reads peers' buffers), waits again.

@@ -34,7 +34,6 @@ class DcpWorkspace {
   DeviceBuffer recv_out;     // ag_rs: [N, Hl, 512] f32;    a2a: [W, N, Hl, 513] f32
   DeviceBuffer recv_lse;     // ag_rs: [W, N, W*Hl] f32 gathered LSE
   DeviceBuffer decode;       // the plan's split-KV workspace
-  OwnedStream side_stream;   // the overlapped combine's sends (DcpStepArgs::overlap_combine)
 };
 
 // Points of a step at which an optional DcpStepTimer is called, in this order:
@@ -52,8 +51,7 @@ class DcpStepTimer {
 };
 
 struct DcpStepArgs {
-  const Plan* plan = nullptr;  // this rank's plan (plan->config.sharding.rank == comm.rank());
-                               // for overlap_combine, one for H / W heads
+  const Plan* plan = nullptr;  // this rank's plan (plan->config.sharding.rank == comm.rank())
   TensorRef q_local;           // [N, Hl, 576]: this rank's heads of the query
   KvCacheRef cache;            // this rank's cache
   TensorRef block_table;       // [B, max_blocks] i32
@@ -65,11 +63,6 @@ struct DcpStepArgs {
   // a2a: the payload of the all-to-all, f32 or bf16 (half the bytes: O is rounded to bf16 before
   // the fp32 merge; the LSE stays fp32). ag_rs sums in its collective and takes f32 only.
   DType combine_payload = DType::f32;
-  // a2a only: decode the heads of each owner rank's group separately, the peers' groups first,
-  // and send each group's partials (a send_recv round on the workspace's side stream) while the
-  // next group decodes; this rank's own group last, then the merge. `plan` is then a plan for
-  // the H / W heads of one group (num_heads = Hl), run once per group.
-  bool overlap_combine = false;
   DcpStepTimer* timer = nullptr;  // optional; nullptr costs one branch per phase
 };
 

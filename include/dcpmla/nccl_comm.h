@@ -58,10 +58,6 @@ class NcclCommunicator final : public Communicator {
   // recv chunk r <- rank r's send chunk `rank`, both [world, count] (one ncclSend and ncclRecv per
   // peer in one group). send and recv must not overlap.
   void all_to_all(const void* send, void* recv, std::size_t count, DType dtype, Stream s) override;
-  // send [count] -> rank `to`, recv [count] <- rank `from` (an ncclSend and an ncclRecv in one
-  // group). send and recv must not overlap.
-  void send_recv(const void* send, int to, void* recv, int from, std::size_t count, DType dtype,
-                 Stream s) override;
 
  private:
   NcclCommunicator(ncclComm_t comm, bool owned);

@@ -1,8 +1,5 @@
 #include <fmt/format.h>
 
-#include <cstdint>
-#include <vector>
-
 #include "dcpmla/dcp.h"
 #include "dcpmla/error.h"
 
@@ -48,50 +45,7 @@ DcpWorkspace::DcpWorkspace(Backend& backend, int world_, std::int64_t max_rows_,
   recv_out = DeviceBuffer(backend, W * N * Hl * kPackedRow * 4);
   recv_lse = DeviceBuffer(backend, W * N * H * 4);
   decode = DeviceBuffer(backend, decode_bytes);
-  side_stream = OwnedStream(backend);
 }
-
-namespace {
-
-// Block `index` of t's outermost dimension (t contiguous), as a tensor of `shape`.
-TensorRef slab(const TensorRef& t, std::int64_t index, std::vector<std::int64_t> shape) {
-  TensorRef r;
-  r.dtype = t.dtype;
-  r.shape = std::move(shape);
-  r.data = static_cast<std::uint8_t*>(t.data) + std::size_t(index) * r.bytes();
-  return r;
-}
-
-// The a2a combine overlapped with the decode: round k = 1 .. W - 1 decodes the group of rank
-// (rank + k) % W, packs it and sends it there on the side stream, receiving this rank's group
-// from rank (rank - k) % W; the own group is decoded last and packed straight into its slot of
-// the receive buffer; the merge waits for the side stream.
-template <class GroupDecode>
-void overlapped_a2a(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpStepArgs& a,
-                    std::int64_t N, std::int64_t Hl, const GroupDecode& group_decode, Stream s) {
-  const int W = comm.world(), rank = comm.rank();
-  const DType pt = a.combine_payload;
-  const std::int64_t row = packed_row(pt);
-  const TensorRef send = ws.send_out.tensor(pt, {W, N, Hl, row});
-  const TensorRef recv = ws.recv_out.tensor(pt, {W, N, Hl, row});
-  const Stream side = ws.side_stream.get();
-  for (int k = 1; k <= W; ++k) {
-    const int g = (rank + k) % W;  // k == W: this rank's own group
-    const DecodeArgs d = group_decode(g);
-    backend.decode(d, s);
-    const TensorRef packed = slab(g == rank ? recv : send, g, {1, N, Hl, row});
-    backend.combine_pack({1, d.out, d.lse, packed}, s);
-    if (g == rank) break;
-    const int from = (rank - k + W) % W;
-    backend.stream_wait(side, s);
-    comm.send_recv(packed.data, g, slab(recv, from, {1, N, Hl, row}).data, from,
-                   std::size_t(N * Hl * row), pt, side);
-  }
-  backend.stream_wait(s, side);
-  backend.combine_merge({recv, a.out, a.lse}, s);
-}
-
-}  // namespace
 
 void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpStepArgs& a,
               Stream s) {
@@ -103,12 +57,7 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
           fmt::format("the communicator's world {}", W), std::to_string(sh.world));
   require(sh.rank == comm.rank(), ErrorCode::inconsistent, "plan.config.sharding.rank",
           fmt::format("the communicator's rank {}", comm.rank()), std::to_string(sh.rank));
-  require(!a.overlap_combine || a.combine == Combine::a2a, ErrorCode::invalid_argument,
-          "overlap_combine", "the a2a combine", to_string(a.combine));
-  const bool overlap = a.overlap_combine && W > 1;
-  // The plan decodes all H heads, or (overlap) the Hl heads of one owner group at a time.
-  const std::int64_t N = plan.num_rows;
-  const std::int64_t H = a.overlap_combine ? plan.config.num_heads * W : plan.config.num_heads;
+  const std::int64_t N = plan.num_rows, H = plan.config.num_heads;
   require(H % W == 0, ErrorCode::shape_mismatch, "num_heads",
           fmt::format("a multiple of world {} (the query is gathered over heads)", W),
           std::to_string(H));
@@ -138,15 +87,6 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
                     a.softmax_scale,
                     a.q_scale,
                     ws.decode.tensor(DType::fp8_e4m3, {std::int64_t(ws.decode.bytes())})};
-  // Overlap: group g's decode reads gathered[g] and writes slab g of the partials.
-  auto group_decode = [&](std::int64_t g) {
-    DecodeArgs d = decode;
-    d.q = slab(gathered, g, {N, Hl, kHeadDim});
-    d.out = slab(partial_out, g, {N, Hl, kLatentDim});
-    d.lse = slab(partial_lse, g, {N, Hl});
-    return d;
-  };
-  if (a.overlap_combine) decode = group_decode(0);
   require(a.combine_payload == DType::f32 ||
               (a.combine_payload == DType::bf16 && a.combine == Combine::a2a),
           ErrorCode::invalid_argument, "combine_payload",
@@ -177,13 +117,6 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
     return;
   }
   comm.all_gather(a.q_local.data, gathered.data, std::size_t(N * Hl * kHeadDim), qt, s);
-  if (overlap) {
-    mark(DcpStepPoint::query_gathered);
-    overlapped_a2a(backend, comm, ws, a, N, Hl, group_decode, s);
-    mark(DcpStepPoint::decoded);
-    mark(DcpStepPoint::combined);
-    return;
-  }
   backend.unpack_query({gathered, q}, s);
   mark(DcpStepPoint::query_gathered);
   backend.decode(decode, s);

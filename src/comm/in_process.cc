@@ -1,5 +1,3 @@
-#include <fmt/format.h>
-
 #include <cstring>
 
 #include "dcpmla/comm.h"
@@ -72,19 +70,6 @@ void InProcessCommunicator::all_to_all(const void* send, void* recv, std::size_t
       copy(static_cast<std::uint8_t*>(recv) + r * bytes,
            static_cast<const std::uint8_t*>(peers[r]) + rank_ * bytes, bytes, s);
     }
-  });
-}
-
-void InProcessCommunicator::send_recv(const void* send, int to, void* recv, int from,
-                                      std::size_t count, DType dtype, Stream s) {
-  const int W = world();
-  require(to >= 0 && to < W && to != rank_, ErrorCode::invalid_argument, "send_recv: to",
-          fmt::format("a peer rank in [0, {}) other than {}", W, rank_), std::to_string(to));
-  require(from >= 0 && from < W && from != rank_, ErrorCode::invalid_argument, "send_recv: from",
-          fmt::format("a peer rank in [0, {}) other than {}", W, rank_), std::to_string(from));
-  // Peers publish what they send; this rank reads the buffer of the rank that sends to it.
-  exchange(send, s, [&](const std::vector<const void*>& peers) {
-    copy(recv, peers[from], count * dtype_size(dtype), s);
   });
 }
 

@@ -142,26 +142,6 @@ DeviceBuffer::~DeviceBuffer() {
   if (data_) backend_->deallocate(data_);
 }
 
-OwnedStream::OwnedStream(Backend& backend) : backend_(&backend), stream_(backend.create_stream()) {}
-
-OwnedStream::OwnedStream(OwnedStream&& o) noexcept : backend_(o.backend_), stream_(o.stream_) {
-  o.stream_ = nullptr;
-}
-
-OwnedStream& OwnedStream::operator=(OwnedStream&& o) noexcept {
-  if (this != &o) {
-    if (stream_) backend_->destroy_stream(stream_);
-    backend_ = o.backend_;
-    stream_ = o.stream_;
-    o.stream_ = nullptr;
-  }
-  return *this;
-}
-
-OwnedStream::~OwnedStream() {
-  if (stream_) backend_->destroy_stream(stream_);
-}
-
 TensorRef DeviceBuffer::tensor(DType t, std::vector<std::int64_t> shape) const {
   TensorRef ref(data_, t, std::move(shape));
   require(ref.bytes() <= bytes_, ErrorCode::shape_mismatch, "buffer view",

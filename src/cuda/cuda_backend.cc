@@ -35,10 +35,7 @@ class CudaBackend final : public Backend {
     DCPMLA_CUDA_CHECK(cudaSetDevice(device_));
     DCPMLA_CUDA_CHECK(cuda::probe_kernels());
   }
-  ~CudaBackend() override {
-    cudaSetDevice(device_);  // plan_ frees on this device
-    if (order_event_) cudaEventDestroy(order_event_);
-  }
+  ~CudaBackend() override { cudaSetDevice(device_); }  // plan_ frees on this device
 
   std::string name() const override { return "cuda"; }
 
@@ -110,29 +107,6 @@ class CudaBackend final : public Backend {
     cuda::convert(a, as_stream(s));
   }
 
-  Stream create_stream() override {
-    use_device();
-    cudaStream_t s = nullptr;
-    DCPMLA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    return s;
-  }
-  // Called from destructors (OwnedStream): never throws.
-  void destroy_stream(Stream s) override {
-    if (!s) return;
-    cudaSetDevice(device_);
-    cudaStreamDestroy(as_stream(s));
-  }
-  void stream_wait(Stream waiter, Stream signaler) override {
-    use_device();
-    if (waiter == signaler) return;
-    // One event serves every call: a wait takes the event's state at the time it is issued.
-    if (!order_event_) {
-      DCPMLA_CUDA_CHECK(cudaEventCreateWithFlags(&order_event_, cudaEventDisableTiming));
-    }
-    DCPMLA_CUDA_CHECK(cudaEventRecord(order_event_, as_stream(signaler)));
-    DCPMLA_CUDA_CHECK(cudaStreamWaitEvent(as_stream(waiter), order_event_, 0));
-  }
-
   cuda::DevicePlan& device_plan() {
     use_device();
     return plan_;
@@ -144,7 +118,6 @@ class CudaBackend final : public Backend {
 
   int device_;
   cuda::DevicePlan plan_;
-  cudaEvent_t order_event_ = nullptr;  // stream_wait's, made on first use
 };
 
 }  // namespace

@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <limits>
 #include <string>
-#include <utility>
 
 #include "dcpmla/error.h"
 
@@ -89,17 +88,6 @@ CollectiveArgs all_to_all_args(const void* send, const void* recv, std::size_t c
                                int world, int rank) {
   return {"all_to_all", send, recv,  count, dtype_size(dtype),
           world,        rank, world, world, InPlace::never};
-}
-
-CollectiveArgs send_recv_args(const void* send, int to, const void* recv, int from,
-                              std::size_t count, DType dtype, int world, int rank) {
-  const CollectiveArgs a{"send_recv", send, recv, count, dtype_size(dtype),
-                         world,       rank, 1,    1,     InPlace::never};
-  for (const auto& [peer, what] : {std::pair{to, "to"}, std::pair{from, "from"}}) {
-    require(peer >= 0 && peer < world && peer != rank, ErrorCode::invalid_argument, name(a, what),
-            fmt::format("a peer rank in [0, {}) other than {}", world, rank), std::to_string(peer));
-  }
-  return a;
 }
 
 }  // namespace dcpmla::nccl

@@ -40,9 +40,5 @@ CollectiveArgs reduce_scatter_args(const float* send, const float* recv, std::si
                                    int world, int rank);
 CollectiveArgs all_to_all_args(const void* send, const void* recv, std::size_t count, DType dtype,
                                int world, int rank);
-// send_recv: also throws naming "send_recv: to" / "send_recv: from" for a peer outside
-// [0, world) or equal to rank.
-CollectiveArgs send_recv_args(const void* send, int to, const void* recv, int from,
-                              std::size_t count, DType dtype, int world, int rank);
 
 }  // namespace dcpmla::nccl

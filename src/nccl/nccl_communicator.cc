@@ -107,22 +107,4 @@ void NcclCommunicator::all_to_all(const void* send, void* recv, std::size_t coun
   nccl::check_nccl(ended, "ncclGroupEnd", comm_);
 }
 
-void NcclCommunicator::send_recv(const void* send, int to, void* recv, int from, std::size_t count,
-                                 DType dtype, Stream s) {
-  const ncclDataType_t type = nccl::nccl_dtype(dtype);
-  nccl::check(nccl::send_recv_args(send, to, recv, from, count, dtype, world_, rank_));
-  if (count == 0) return;
-  nccl::DeviceScope on(device_);
-  DCPMLA_NCCL_CHECK(ncclGroupStart(), comm_);
-  ncclResult_t failed = ncclSend(send, count, type, to, comm_, as_stream(s));
-  const char* failed_call = "ncclSend";
-  if (failed == ncclSuccess) {
-    failed = ncclRecv(recv, count, type, from, comm_, as_stream(s));
-    failed_call = "ncclRecv";
-  }
-  const ncclResult_t ended = ncclGroupEnd();
-  nccl::check_nccl(failed, failed_call, comm_);
-  nccl::check_nccl(ended, "ncclGroupEnd", comm_);
-}
-
 }  // namespace dcpmla

@@ -121,10 +121,7 @@ void run_rank(int rank, const Scenario& sc, const Batch& run_batch, Backend& be,
   write_positions(be, sc, sh, cache, history);
   write_positions(be, sc, sh, cache, step);
 
-  // The overlapped combine decodes one owner group of H / W heads at a time.
-  const int plan_heads = opt.overlap_combine ? Hl : H;
-  const Plan plan =
-      make_plan(run_batch, {sh, plan_heads, spec.block_size, sc.num_blocks, opt.limits});
+  const Plan plan = make_plan(run_batch, {sh, H, spec.block_size, sc.num_blocks, opt.limits});
   const auto bt = upload(be, run_batch.block_table.data(), run_batch.block_table.size() * 4);
 
   // This rank's heads of the query: [rows, Hl, 576].
@@ -150,7 +147,6 @@ void run_rank(int rank, const Scenario& sc, const Batch& run_batch, Backend& be,
   args.softmax_scale = spec.softmax_scale;
   args.combine = opt.combine;
   args.combine_payload = opt.combine_payload;
-  args.overlap_combine = opt.overlap_combine;
   dcp_step(be, comm, ws, args, nullptr);
 
   std::vector<std::uint8_t> out(out_buf.bytes());

@@ -4,9 +4,7 @@
 
 #include <cmath>
 #include <cstring>
-#include <memory>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "dcpmla/comm.h"
@@ -31,48 +29,9 @@ class NoCollectives final : public Communicator {
     fail("reduce_scatter_sum");
   }
   void all_to_all(const void*, void*, std::size_t, DType, Stream) override { fail("all_to_all"); }
-  void send_recv(const void*, int, void*, int, std::size_t, DType, Stream) override {
-    fail("send_recv");
-  }
 
  private:
   static void fail(const char* what) { ADD_FAILURE() << "W = 1 step called " << what; }
-};
-
-// What a CountingCommunicator saw (outlives it: the rank threads own the communicators).
-struct CollectiveCounts {
-  int all_gathers = 0, reduce_scatters = 0, all_to_alls = 0;
-  std::vector<std::pair<int, int>> peers;  // (to, from) of each send_recv round
-};
-
-// Forwards to an in-process communicator and counts the calls of each kind.
-class CountingCommunicator final : public Communicator {
- public:
-  CountingCommunicator(InProcessGroup& group, int rank, CollectiveCounts& counts)
-      : inner_(group, rank), counts_(counts) {}
-  int rank() const override { return inner_.rank(); }
-  int world() const override { return inner_.world(); }
-  void all_gather(const void* send, void* recv, std::size_t n, DType t, Stream s) override {
-    ++counts_.all_gathers;
-    inner_.all_gather(send, recv, n, t, s);
-  }
-  void reduce_scatter_sum(const float* send, float* recv, std::size_t n, Stream s) override {
-    ++counts_.reduce_scatters;
-    inner_.reduce_scatter_sum(send, recv, n, s);
-  }
-  void all_to_all(const void* send, void* recv, std::size_t n, DType t, Stream s) override {
-    ++counts_.all_to_alls;
-    inner_.all_to_all(send, recv, n, t, s);
-  }
-  void send_recv(const void* send, int to, void* recv, int from, std::size_t n, DType t,
-                 Stream s) override {
-    counts_.peers.emplace_back(to, from);
-    inner_.send_recv(send, to, recv, from, n, t, s);
-  }
-
- private:
-  InProcessCommunicator inner_;
-  CollectiveCounts& counts_;
 };
 
 struct StepOut {
@@ -223,118 +182,6 @@ TEST(DcpStep, Bf16PayloadOfTheA2aCombine) {
       EXPECT_EQ(e.argument(), "combine_payload");
     }
   }
-}
-
-// The a2a combine overlapped with the decode (one owner group of H / W heads at a time, sends
-// in W - 1 send_recv rounds): the same result as the plain a2a within fp32 rounding of the
-// split merges (with splits forced), for both payloads and W = 2, 3, 4, and the reference
-// comparison passes. It takes only the a2a combine, and a plan for H / W heads.
-TEST(DcpStep, OverlappedA2aMatchesTheA2aAndTheReference) {
-  for (int W : {2, 3, 4}) {
-    for (DType payload : {DType::f32, DType::bf16}) {
-      auto spec = spec_for(W, 4 * W, 70 + W);
-      const auto sc = custom_scenario(spec, {8, 1, 4, 2}, {300, 40, 5, 2}, {}, 1);
-      sim::RunOptions plain;
-      plain.combine = Combine::a2a;
-      plain.combine_payload = payload;
-      plain.limits.kv_chunk_blocks = 2;
-      sim::RunOptions overlapped = plain;
-      overlapped.overlap_combine = true;
-      const auto p = sim::run_dcp(sc, testing::cpu1(), plain);
-      const auto o = sim::run_dcp(sc, testing::cpu1(), overlapped);
-      SCOPED_TRACE("W = " + std::to_string(W) + ", payload " + to_string(payload));
-      for (std::size_t i = 0; i < p.out.size(); ++i) ASSERT_NEAR(o.out[i], p.out[i], 1e-5) << i;
-      for (std::size_t i = 0; i < p.lse.size(); ++i) {
-        if (std::isinf(p.lse[i])) {
-          ASSERT_EQ(o.lse[i], p.lse[i]) << i;
-        } else {
-          ASSERT_NEAR(o.lse[i], p.lse[i], 1e-5) << i;
-        }
-      }
-      const auto cmp =
-          sim::compare(sc, o, sim::run_reference(sc), sim::tolerance_for(spec, overlapped));
-      EXPECT_TRUE(cmp.pass) << testing::describe(cmp);
-    }
-  }
-  const auto sc = custom_scenario(spec_for(2, 8, 79), {2, 1}, {50, 9}, {}, 0);
-  sim::RunOptions bad;
-  bad.combine = Combine::ag_rs;
-  bad.overlap_combine = true;
-  try {
-    sim::run_dcp(sc, testing::cpu1(), bad);
-    ADD_FAILURE() << "ag_rs accepted overlap_combine";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
-    EXPECT_EQ(e.argument(), "overlap_combine");
-  }
-}
-
-// The overlapped combine's collectives: the query all-gather, then W - 1 send_recv rounds to
-// rank + k from rank - k, and no all-to-all.
-TEST(DcpStep, OverlappedA2aSendsOneRoundPerPeer) {
-  const int W = 3;
-  const auto sc = custom_scenario(spec_for(W, 6, 81), {2, 1, 3}, {70, 9, 30}, {}, 0);
-  InProcessGroup group(W);
-  std::vector<CollectiveCounts> counts(W);
-  sim::RunOptions o;
-  o.combine = Combine::a2a;
-  o.overlap_combine = true;
-  const auto got = sim::run_dcp(
-      sc, testing::cpu1(),
-      [&](int rank, Backend&) -> std::unique_ptr<Communicator> {
-        return std::make_unique<CountingCommunicator>(group, rank, counts[std::size_t(rank)]);
-      },
-      o);
-  EXPECT_TRUE(sim::compare(sc, got, sim::run_reference(sc), sim::tolerance_for(sc.spec, o)).pass);
-  for (int r = 0; r < W; ++r) {
-    const auto& c = counts[std::size_t(r)];
-    EXPECT_EQ(c.all_gathers, 1) << r;
-    EXPECT_EQ(c.all_to_alls, 0) << r;
-    EXPECT_EQ(c.reduce_scatters, 0) << r;
-    const std::vector<std::pair<int, int>> want = {{(r + 1) % W, (r + W - 1) % W},
-                                                   {(r + 2) % W, (r + W - 2) % W}};
-    EXPECT_EQ(c.peers, want) << r;
-  }
-}
-
-// The overlapped combine with a plan for all H heads (instead of H / W): refused by the shape
-// checks before any collective, on every rank.
-TEST(DcpStep, OverlappedA2aRefusesAPlanForAllHeads) {
-  const auto sc = custom_scenario(spec_for(2, 8, 80), {2, 1}, {50, 9}, {}, 0);
-  InProcessGroup group(2);
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      auto be = make_cpu_backend(1);
-      InProcessCommunicator comm(group, r);
-      const Plan plan = make_plan(sc.batch, {{2, r, 1}, 8, sc.spec.block_size, sc.num_blocks, {}});
-      DcpWorkspace ws(*be, 2, plan.num_rows, 4, DType::f32, 1 << 20);
-      std::vector<float> q(std::size_t(plan.num_rows) * 4 * kHeadDim, 0.0f);
-      std::vector<float> out(std::size_t(plan.num_rows) * 4 * kLatentDim), lse(q.size());
-      HostKvCache cache = testing::rank_cache(sc, r);
-      DcpStepArgs a;
-      a.plan = &plan;
-      a.q_local = TensorRef(q.data(), DType::f32, {plan.num_rows, 4, kHeadDim});
-      a.cache = cache.ref();
-      a.block_table = TensorRef(sc.batch.block_table.data(), DType::i32,
-                                {sc.batch.num_requests(), sc.batch.max_blocks});
-      a.out = TensorRef(out.data(), DType::f32, {plan.num_rows, 4, kLatentDim});
-      a.lse = TensorRef(lse.data(), DType::f32, {plan.num_rows, 4});
-      a.softmax_scale = 0.1f;
-      a.combine = Combine::a2a;
-      a.overlap_combine = true;
-      try {
-        dcp_step(*be, comm, ws, a, nullptr);
-      } catch (const Error& e) {
-        errors[r] = e.argument();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  // A plan of 8 heads reads as 16 over the group: the local query of 4 heads is not H / W = 8.
-  EXPECT_EQ(errors[0], "q_local");
-  EXPECT_EQ(errors[1], "q_local");
 }
 
 TEST(DcpStep, BothCombinesAgreeAndMatchTheReference) {

@@ -184,8 +184,6 @@ inline Case random_case(std::mt19937_64& rng, bool large, std::uint64_t seed) {
   }
   // Half the a2a cases ship the bf16 payload (from the seed: the draws above stay as they were).
   if (o.combine == Combine::a2a && (seed & 1)) o.combine_payload = DType::bf16;
-  // And half of them overlap the combine with the decode of one head group at a time.
-  if (o.combine == Combine::a2a && (seed & 2)) o.overlap_combine = true;
   return c;
 }
 

@@ -69,8 +69,8 @@ class DcpMultiGpu : public ::testing::Test {
 };
 
 // Random ragged speculative batches: Q from 1 + 0..K drafts, log-uniform contexts, a request
-// shorter than W + Q, head counts of real models, bf16 and fp8 caches, both combines (the a2a
-// mostly overlapped with the decode), padding rows, several split policies and interleaves.
+// shorter than W + Q, head counts of real models, bf16 and fp8 caches, both combines, padding
+// rows, several split policies and interleaves.
 TEST_F(DcpMultiGpu, RandomRaggedBatchesMatchSimulationAndReference) {
   std::mt19937_64 rng(4242);
   auto pick = [&](std::initializer_list<int> v) { return *(v.begin() + rng() % v.size()); };
@@ -95,8 +95,6 @@ TEST_F(DcpMultiGpu, RandomRaggedBatchesMatchSimulationAndReference) {
     sim::RunOptions o;
     o.combine = (i / 2) % 2 ? Combine::a2a : Combine::ag_rs;
     if (o.combine == Combine::a2a && i % 4 == 3) o.combine_payload = DType::bf16;  // over NCCL too
-    // Most a2a cases overlap the combine with the decode (send_recv rounds on a side stream).
-    o.overlap_combine = o.combine == Combine::a2a && i % 5 < 3;
     o.limits.target_work_items = pick({0, 32, 264});
     expect_multigpu_matches(ranks(), sim::make_scenario(s), o);
     if (HasFailure()) return;
@@ -118,8 +116,7 @@ TEST_F(DcpMultiGpu, EmptyRanksAndPaddingRows) {
   int seed = 70;
   for (const Shape& sh : shapes) {
     for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
-      // ag_rs, a2a, and a2a overlapped with the decode.
-      for (int variant : {0, 1, 2}) {
+      for (Combine combine : {Combine::ag_rs, Combine::a2a}) {
         sim::ScenarioSpec spec;
         spec.world = world();
         spec.heads = 8 * world();
@@ -127,8 +124,7 @@ TEST_F(DcpMultiGpu, EmptyRanksAndPaddingRows) {
         spec.kv_dtype = kv;
         spec.seed = seed++;
         sim::RunOptions o;
-        o.combine = variant == 0 ? Combine::ag_rs : Combine::a2a;
-        o.overlap_combine = variant == 2;
+        o.combine = combine;
         o.limits.kv_chunk_blocks = seed % 2;
         expect_multigpu_matches(ranks(), custom_scenario(spec, sh.q, sh.t, {}, /*padding=*/3), o);
         if (HasFailure()) return;

@@ -150,39 +150,6 @@ TEST(NcclCommunicator, AllToAllRoutesChunkRToRankR) {
   EXPECT_EVERY_RANK_OK(errors);
 }
 
-// The overlapped combine's rounds: in round k every rank sends to rank + k and receives from
-// rank - k, on a stream other than the default.
-TEST(NcclCommunicator, SendRecvRoundsPairRanks) {
-  DCPMLA_REQUIRE_GPUS(2);
-  const int W = world();
-  NcclLocalGroup group(first_devices(W));
-  const auto errors = on_ranks(W, [&](int r) {
-    cudaStream_t stream = nullptr;
-    if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
-      throw std::runtime_error("cudaStreamCreate failed");
-    }
-    const std::size_t count = 3 * 4 * 257;  // bf16 packed rows
-    const std::size_t bytes = count * 2;
-    for (int k = 1; k < W; ++k) {
-      const int to = (r + k) % W, from = (r + W - k) % W;
-      DeviceBytes send(r, bytes), recv(r, bytes);
-      std::vector<std::uint8_t> mine(bytes), want(bytes);
-      for (std::size_t i = 0; i < bytes; ++i) {
-        mine[i] = pattern(r, to, i, k);
-        want[i] = pattern(from, r, i, k);
-      }
-      send.fill(mine);
-      group.communicator(r).send_recv(send.get(), to, recv.get(), from, count, DType::bf16, stream);
-      if (cudaStreamSynchronize(stream) != cudaSuccess) {
-        throw std::runtime_error("send_recv stream failed");
-      }
-      expect_same(recv.read(), want, fmt::format("send_recv round {}", k));
-    }
-    cudaStreamDestroy(stream);
-  });
-  EXPECT_EVERY_RANK_OK(errors);
-}
-
 TEST(NcclCommunicator, InPlaceFormsAndCountZero) {
   DCPMLA_REQUIRE_GPUS(2);
   const int W = world();

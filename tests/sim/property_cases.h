@@ -101,8 +101,6 @@ inline PropertyCase draw_case(std::uint64_t seed, bool full_size) {
   // Half the a2a cases ship the bf16 payload (decided by the seed, not drawn, so every other
   // knob of every case stays as it was before this option existed).
   if (o.combine == Combine::a2a && (seed & 1)) o.combine_payload = DType::bf16;
-  // And half of them overlap the combine with the decode of one head group at a time.
-  if (o.combine == Combine::a2a && (seed & 2)) o.overlap_combine = true;
   o.poison = true;
   return c;
 }

@@ -121,12 +121,10 @@ inline std::string describe(const sim::ScenarioSpec& s) {
 
 inline std::string describe(const sim::RunOptions& o) {
   return fmt::format(
-      "RunOptions{{combine={}, combine_payload={}, overlap_combine={}, "
-      "limits={{kv_chunk_blocks={}, "
+      "RunOptions{{combine={}, combine_payload={}, limits={{kv_chunk_blocks={}, "
       "target_work_items={}, min_chunk_blocks={}}}, poison={}, flatten={}, see_future={}}}",
-      to_string(o.combine), to_string(o.combine_payload), o.overlap_combine,
-      o.limits.kv_chunk_blocks, o.limits.target_work_items, o.limits.min_chunk_blocks, o.poison,
-      o.flatten, o.see_future);
+      to_string(o.combine), to_string(o.combine_payload), o.limits.kv_chunk_blocks,
+      o.limits.target_work_items, o.limits.min_chunk_blocks, o.poison, o.flatten, o.see_future);
 }
 
 inline std::string describe_batch(const Batch& b) {

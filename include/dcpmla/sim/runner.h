@@ -24,7 +24,6 @@ using CommunicatorFactory =
 struct RunOptions {
   Combine combine = Combine::ag_rs;
   DType combine_payload = DType::f32;  // a2a only: f32 or bf16 (DcpStepArgs::combine_payload)
-  bool overlap_combine = false;        // a2a only: DcpStepArgs::overlap_combine (plans of H / W)
   PlanLimits limits;                   // split-KV policy of every rank's plan
   bool poison = true;                  // fill every cache page with NaN before writing the KV
   bool flatten = false;                // run the single-token-row view of the batch instead
