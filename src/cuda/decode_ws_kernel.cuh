@@ -241,14 +241,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     const std::uint64_t desc_p = hopper::smem_descriptor(s_p, 16, 1024);
     for (int i = 0; i < n; ++i) {
       const int stage = i & 1;
-      const std::int64_t next_entry =
-          i + 2 < n ? ld.entry(p, tile, tile.kv_begin + (i + 2) * kKeys) : kEntryNone;
-      // Tile i + 2's pages, read now by the thread that issues its bulk copies.
+      // Tile i + 2's pages, read now (global loads the copies depend on): by the thread that
+      // issues its bulk copies, or each thread's own cache row for the threads' copies.
       const bool next_bulk = i + 2 < n && OutputLoader<C>::template bulk<Bulk>(p, tile, i + 2);
+      const int next_t0 = tile.kv_begin + (i + 2) * kKeys;
+      const std::int64_t next_entry =
+          i + 2 < n && !next_bulk ? ld.entry(p, tile, next_t0) : kEntryNone;
       typename OutputLoader<C>::BoxRows next_rows{};
-      if (next_bulk && wt == 0) {
-        next_rows = OutputLoader<C>::box_rows(p, tile, tile.kv_begin + (i + 2) * kKeys);
-      }
+      if (next_bulk && wt == 0) next_rows = OutputLoader<C>::box_rows(p, tile, next_t0);
       named_barrier_sync(kPReady, kThreads);
       const float f0 = factors[rows[0]], f1 = factors[rows[1]];
       if (__any_sync(0xffffffffu, f0 != 1.0f || f1 != 1.0f)) {
