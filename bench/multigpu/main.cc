@@ -138,7 +138,9 @@ int run(int argc, char** argv) {
         {"worlds", worlds},
         {"timing",
          "CUDA events on every rank's stream at each phase boundary of every step; "
-         "per step the slowest rank's phase, then median and min over the steps"}}},
+         "per step the slowest rank's phase, then median and min over the steps; "
+         "query_gather_own and combine_own: per step the fastest rank's phase instead (the last "
+         "rank to join the collective, which waits for nobody: the phase's own cost)"}}},
       {"results", nlohmann::json::array()},
       {"skipped", nlohmann::json::array()},
       {"errors", nlohmann::json::array()}};
@@ -186,12 +188,7 @@ int run(int argc, char** argv) {
   write();
   fmt::print("wrote {} ({} results, {} skipped for the time budget)\n", out_path,
              doc["results"].size(), doc["skipped"].size());
-  for (const auto& t : doc["targets"]) {
-    fmt::print("target: {} [{}, {}] {:.3f} (limit {:.2f}) {}\n", t["target"].get<std::string>(),
-               t["shape"].get<std::string>(), t["combine"].get<std::string>(),
-               t["value"].get<double>(), t["limit"].get<double>(),
-               t["met"].get<bool>() ? "met" : "NOT met");
-  }
+  for (const auto& t : doc["targets"]) print_target(t);
   return ok ? 0 : 1;
 }
 

@@ -7,6 +7,7 @@
 #include <iterator>
 #include <memory>
 #include <thread>
+#include <utility>
 
 #include "event_timer.h"
 #include "rank_step.h"
@@ -32,29 +33,40 @@ struct Variant {
 constexpr Variant kVariants[] = {
     {Combine::ag_rs, DType::f32}, {Combine::a2a, DType::f32}, {Combine::a2a, DType::bf16}};
 
+enum class OverRanks { slowest, fastest };
+
+// One phase over the timed steps, in us, taken per step from the slowest or the fastest rank.
+Stat phase_stat(const std::vector<RankRecord>& ranks, std::size_t c, int steps,
+                float StepPhases::*phase, OverRanks pick) {
+  std::vector<double> us;
+  for (int i = 0; i < steps; ++i) {
+    double v = 1e3 * (ranks.front().phases[c][std::size_t(i)].*phase);
+    for (const RankRecord& r : ranks) {
+      const double rank_us = 1e3 * (r.phases[c][std::size_t(i)].*phase);
+      v = pick == OverRanks::slowest ? std::max(v, rank_us) : std::min(v, rank_us);
+    }
+    us.push_back(v);
+  }
+  return stat_of(std::move(us));
+}
+
 CombineTiming summarize(Variant v, std::size_t c, const std::vector<RankRecord>& ranks, int steps) {
   CombineTiming t;
   t.combine = v.combine;
   t.payload = v.payload;
-  std::vector<double> gather, decode, comb, step;
-  for (int i = 0; i < steps; ++i) {
-    double g = 0, d = 0, k = 0, s = 0;
-    for (const RankRecord& r : ranks) {
-      const StepPhases& p = r.phases[c][std::size_t(i)];
-      g = std::max(g, 1e3 * p.query_gather);
-      d = std::max(d, 1e3 * p.decode);
-      k = std::max(k, 1e3 * p.combine);
-      s = std::max(s, 1e3 * p.step);
-    }
-    gather.push_back(g);
-    decode.push_back(d);
-    comb.push_back(k);
-    step.push_back(s);
-  }
-  t.query_gather = stat_of(gather);
-  t.decode = stat_of(decode);
-  t.combine_phase = stat_of(comb);
-  t.step = stat_of(step);
+  t.query_gather = phase_stat(ranks, c, steps, &StepPhases::query_gather, OverRanks::slowest);
+  t.decode = phase_stat(ranks, c, steps, &StepPhases::decode, OverRanks::slowest);
+  t.combine_phase = phase_stat(ranks, c, steps, &StepPhases::combine, OverRanks::slowest);
+  t.step = phase_stat(ranks, c, steps, &StepPhases::step, OverRanks::slowest);
+  // A collective completes on no rank before the last rank has joined it, so a rank that joins
+  // early (its decode finished first; for the query gather, its launch came first) waits inside
+  // the collective, and its phase counts that wait: the slowest rank's combine is the combine's
+  // cost plus the decode imbalance between ranks. The last rank to join waits for nobody, and the
+  // ranks leave the collective together, so its phase is the step's shortest: the minimum over
+  // ranks is the phase's own cost (approximately: the early ranks may have sent part of their
+  // data already, and ag_rs's second collective may still wait a little).
+  t.query_gather_own = phase_stat(ranks, c, steps, &StepPhases::query_gather, OverRanks::fastest);
+  t.combine_own = phase_stat(ranks, c, steps, &StepPhases::combine, OverRanks::fastest);
   for (const RankRecord& r : ranks) {
     t.loop_us_per_step = std::max(t.loop_us_per_step, 1e3 * r.loop_ms[c] / steps);
     std::vector<double> own;

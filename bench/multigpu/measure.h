@@ -17,7 +17,9 @@ struct Stat {
 };
 
 // One combine's timings. Per step, each phase is the maximum over ranks (the slowest rank sets
-// the pace), then the median and minimum over the timed steps.
+// the pace), then the median and minimum over the timed steps. The *_own figures take the minimum
+// over ranks instead: a rank that reaches a collective early waits inside it for the others, so
+// the max mixes the phase's own cost with the imbalance before it (see measure.cc).
 struct CombineTiming {
   Combine combine = Combine::ag_rs;
   DType payload = DType::f32;  // the a2a all-to-all's payload (DcpStepArgs::combine_payload)
@@ -26,6 +28,7 @@ struct CombineTiming {
     return std::string(to_string(combine)) + (payload == DType::bf16 ? "/bf16" : "");
   }
   Stat query_gather, decode, combine_phase, step;
+  Stat query_gather_own, combine_own;  // min over ranks: without the wait for the last rank
   double loop_us_per_step = 0;  // first begin to last end over the timed steps, / steps (max over
                                 // ranks): includes any gap between steps (host launch time)
   std::vector<double> rank_step_median_us;

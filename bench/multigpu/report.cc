@@ -13,17 +13,24 @@ const CombineTiming* same_combine(const Measured* m, const CombineTiming& c) {
   return nullptr;
 }
 
+constexpr const char* kOwnValueIs =
+    "combine_own / decode: the combine's own cost (min over ranks), excluding the wait for the "
+    "slower rank's decode";
+
 nlohmann::json stat_json(const Stat& s) {
   return {{"median_us", s.median_us}, {"min_us", s.min_us}};
 }
 
 }  // namespace
 
+// gath_own, comb_own and own/dec: the *_own figures (min over ranks, without the wait inside the
+// collective for the last rank to join it); the other phases: max over ranks.
 void print_header() {
   fmt::print(
-      "{:>2} {:>6} {:>3} {:>11} {:>3} {:>5} {:<8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}\n", "W",
-      "T", "H", "Q", "B", "rows", "comb", "gather_us", "decode_us", "combine", "step_us", "loop_us",
-      "vs_W1", "comb/dec");
+      "{:>2} {:>6} {:>3} {:>11} {:>3} {:>5} {:<8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} "
+      "{:>8} {:>8}\n",
+      "W", "T", "H", "Q", "B", "rows", "comb", "gather_us", "gath_own", "decode_us", "combine",
+      "comb_own", "step_us", "loop_us", "vs_W1", "comb/dec", "own/dec");
 }
 
 void print_rows(const Measured& m, const Measured* baseline) {
@@ -32,12 +39,13 @@ void print_rows(const Measured& m, const Measured* baseline) {
     const CombineTiming* base = same_combine(baseline, t);
     fmt::print(
         "{:>2} {:>6} {:>3} {:>11} {:>3} {:>5} {:<8} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} "
-        "{:>7} {:>6.1f}%{}\n",
+        "{:>9.1f} {:>9.1f} {:>7} {:>7.1f}% {:>7.1f}%{}\n",
         m.timing.world, s.context, s.heads, s.q_label(), s.batch, m.timing.rows, t.label(),
-        t.query_gather.median_us, t.decode.median_us, t.combine_phase.median_us, t.step.median_us,
-        t.loop_us_per_step,
+        t.query_gather.median_us, t.query_gather_own.median_us, t.decode.median_us,
+        t.combine_phase.median_us, t.combine_own.median_us, t.step.median_us, t.loop_us_per_step,
         base ? fmt::format("{:.3f}", t.step.median_us / base->step.median_us) : "-",
         100 * t.combine_phase.median_us / t.decode.median_us,
+        100 * t.combine_own.median_us / t.decode.median_us,
         m.timing.output_finite ? "" : "  NON-FINITE OUTPUT");
   }
 }
@@ -54,7 +62,10 @@ nlohmann::json to_json(const Measured& m, const Measured* baseline) {
                      {"step", stat_json(t.step)},
                      {"loop_us_per_step", t.loop_us_per_step},
                      {"rank_step_median_us", t.rank_step_median_us},
-                     {"combine_over_decode", t.combine_phase.median_us / t.decode.median_us}};
+                     {"combine_over_decode", t.combine_phase.median_us / t.decode.median_us},
+                     {"query_gather_own", stat_json(t.query_gather_own)},
+                     {"combine_own", stat_json(t.combine_own)},
+                     {"combine_own_over_decode", t.combine_own.median_us / t.decode.median_us}};
     if (base) {
       c["step_over_w1_step"] = t.step.median_us / base->step.median_us;
       c["step_over_w1_decode"] = t.step.median_us / base->decode.median_us;
@@ -106,6 +117,8 @@ nlohmann::json targets(const std::vector<Measured>& all) {
         }
       }
       if (s.context == 32768 && s.batch == 32) {
+        // The verdict stays on the slowest rank's combine; the own cost is there to tell the
+        // combine's cost from the decode imbalance it also holds.
         const double frac = t.combine_phase.median_us / t.decode.median_us;
         out.push_back({{"target", "combine <= 10 % of attention time at 32K context, batch 32"},
                        {"shape", s.name()},
@@ -113,11 +126,25 @@ nlohmann::json targets(const std::vector<Measured>& all) {
                        {"combine", t.label()},
                        {"value", frac},
                        {"limit", 0.10},
-                       {"met", frac <= 0.10}});
+                       {"met", frac <= 0.10},
+                       {"own_value", t.combine_own.median_us / t.decode.median_us},
+                       {"own_value_is", kOwnValueIs}});
       }
     }
   }
   return out;
+}
+
+void print_target(const nlohmann::json& t) {
+  const std::string own =
+      t.contains("own_value")
+          ? fmt::format("; own cost, excluding the wait for the slower rank: {:.3f}",
+                        t["own_value"].get<double>())
+          : "";
+  fmt::print("target: {} [{}, {}] {:.3f} (limit {:.2f}) {}{}\n", t["target"].get<std::string>(),
+             t["shape"].get<std::string>(), t["combine"].get<std::string>(),
+             t["value"].get<double>(), t["limit"].get<double>(),
+             t["met"].get<bool>() ? "met" : "NOT met", own);
 }
 
 }  // namespace dcpmla::bench

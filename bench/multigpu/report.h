@@ -26,6 +26,11 @@ nlohmann::json to_json(const Measured& m, const Measured* baseline);
 //  - at 128K context, Q = 1 (the least compute-bound shapes of the grid): step(W) / step(W = 1)
 //    <= 0.55 for W = 2;
 //  - at 32K context, batch 32: combine <= 10 % of the attention (decode) time, for W >= 2.
+// The combine target also carries own_value (combine_own / decode: without the wait for the
+// slower rank's decode) next to its verdict, which stays on the max over ranks.
 nlohmann::json targets(const std::vector<Measured>& all);
+
+// One line of targets(): the verdict, and the own cost where the target has one.
+void print_target(const nlohmann::json& t);
 
 }  // namespace dcpmla::bench
