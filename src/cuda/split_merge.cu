@@ -3,9 +3,12 @@
 // is never read; a row whose partials are all empty gets O = 0 and LSE = -inf.
 //
 // One block per (merge row, head): the split LSEs are reduced in parallel (max, then the sum of
-// exp(lse - max)), and each thread then sums 4 output dims over the splits, with the weights of
-// up to kWeights splits at a time staged in shared memory, so the loads of different splits are
-// independent (a long split list is bandwidth-bound, not latency-bound).
+// exp(lse - max)); then each of kGroups thread groups sums 4 output dims a thread over every
+// kGroups-th split, 8 splits in flight, with the weights of up to kWeights splits at a time
+// staged in shared memory, and the groups' sums are added in a fixed order (the same bits every
+// run). A request split kGroups x 8 ways or less is thus read in one round of loads, not one
+// round per 4 splits: the merge is bandwidth-bound, not latency-bound, for the single-request
+// shapes whose KV is split over every SM.
 #include "check.h"
 #include "dcpmla/merge.h"
 #include "device_common.cuh"
@@ -14,7 +17,9 @@
 namespace dcpmla::cuda {
 namespace {
 
-constexpr int kThreads = kLatentDim / 4;  // 4 dims per thread
+constexpr int kDimThreads = kLatentDim / 4;  // 4 dims per thread
+constexpr int kGroups = 2;                   // thread groups over the splits
+constexpr int kThreads = kGroups * kDimThreads;
 constexpr int kWeights = 256;
 
 __device__ float block_reduce(float v, bool is_max, float* scratch) {
@@ -34,8 +39,8 @@ __device__ float block_reduce(float v, bool is_max, float* scratch) {
 __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeParams p) {
   __shared__ float weights[kWeights];
   __shared__ float scratch[kThreads / 32];
+  __shared__ __align__(16) float sums[kGroups - 1][kLatentDim];  // groups 1.. -> group 0
   const std::int64_t items = p.header->num_merge_rows * p.num_heads;
-  const int d0 = 4 * int(threadIdx.x);
   for (std::int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const MergeRow m = p.rows[item / p.num_heads];
     const int h = int(item % p.num_heads);
@@ -56,6 +61,8 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeP
     sum = block_reduce(sum, false, scratch);
     const float merged = sum > 0.0f ? mx + logf(sum) : -INFINITY;
 
+    const int group = int(threadIdx.x) / kDimThreads;
+    const int d0 = 4 * (int(threadIdx.x) % kDimThreads);
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const float* o = p.partial_out + first * kLatentDim + d0;
     for (int r0 = 0; r0 < m.num_splits; r0 += kWeights) {
@@ -65,14 +72,27 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeP
         weights[r] = merge::weight(lse[(r0 + r) * stride], merged);
       }
       __syncthreads();
-#pragma unroll 4
-      for (int r = 0; r < n; ++r) {
+#pragma unroll 8
+      for (int r = group; r < n; r += kGroups) {
         const float w = weights[r];
-        if (w != 0.0f) {
+        if (w != 0.0f) {  // an empty partial's payload is never read
           const float4 v = *reinterpret_cast<const float4*>(o + (r0 + r) * stride * kLatentDim);
           acc[0] += w * v.x, acc[1] += w * v.y, acc[2] += w * v.z, acc[3] += w * v.w;
         }
       }
+    }
+    // Group g > 0 hands its sums to group 0, which adds them in group order (group 0 read the
+    // previous item's sums before this item's reductions synchronised the block).
+    if (group > 0) {
+      *reinterpret_cast<float4*>(&sums[group - 1][d0]) =
+          make_float4(acc[0], acc[1], acc[2], acc[3]);
+    }
+    __syncthreads();
+    if (group > 0) continue;
+#pragma unroll
+    for (int g = 1; g < kGroups; ++g) {
+      const float4 v = *reinterpret_cast<const float4*>(&sums[g - 1][d0]);
+      acc[0] += v.x, acc[1] += v.y, acc[2] += v.z, acc[3] += v.w;
     }
     const std::int64_t row = std::int64_t(m.out_row) * p.num_heads + h;
     store4(p.out, p.out_bf16, row * kLatentDim + d0, acc[0], acc[1], acc[2], acc[3]);
