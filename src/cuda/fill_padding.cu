@@ -1,4 +1,6 @@
 // Padding rows (past the batch's real tokens) belong to no request: O = 0, LSE = -inf.
+#include <algorithm>
+
 #include "check.h"
 #include "device_common.cuh"
 #include "kernels.h"
@@ -7,6 +9,7 @@ namespace dcpmla::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr unsigned kMaxBlocks = 1024;
 
 __global__ void fill_padding_kernel(void* out, bool out_bf16, float* lse, const PlanHeader* header,
                                     int num_heads) {
@@ -27,8 +30,11 @@ void launch_fill_padding(void* out, bool out_bf16, float* lse, const PlanHeader*
                          std::int64_t row_capacity, int num_heads, cudaStream_t s) {
   const std::int64_t count = row_capacity * num_heads;
   if (count <= 0) return;
-  fill_padding_kernel<<<grid_blocks(count * kLatentDim, kThreads), kThreads, 0, s>>>(
-      out, out_bf16, lse, header, num_heads);
+  // The threads stride over the padding the header names: a capped grid covers any count, and
+  // under a CUDA graph (launched for the row capacity) no longer runs tens of thousands of
+  // mostly empty blocks every replay.
+  const unsigned blocks = std::min(grid_blocks(count * kLatentDim, kThreads), kMaxBlocks);
+  fill_padding_kernel<<<blocks, kThreads, 0, s>>>(out, out_bf16, lse, header, num_heads);
   check_launch("fill_padding_kernel<<<>>>");
 }
 

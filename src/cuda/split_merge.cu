@@ -9,6 +9,8 @@
 // run). A request split kGroups x 8 ways or less is thus read in one round of loads, not one
 // round per 4 splits: the merge is bandwidth-bound, not latency-bound, for the single-request
 // shapes whose KV is split over every SM.
+#include <algorithm>
+
 #include "check.h"
 #include "dcpmla/merge.h"
 #include "device_common.cuh"
@@ -21,6 +23,7 @@ constexpr int kDimThreads = kLatentDim / 4;  // 4 dims per thread
 constexpr int kGroups = 2;                   // thread groups over the splits
 constexpr int kThreads = kGroups * kDimThreads;
 constexpr int kWeights = 256;
+constexpr unsigned kMaxMergeBlocks = 2048;  // 8 resident blocks a SM on 256 SMs
 
 __device__ float block_reduce(float v, bool is_max, float* scratch) {
   for (int off = 16; off >= 1; off >>= 1) {
@@ -105,7 +108,9 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeP
 void launch_split_merge(const SplitMergeParams& p, std::int64_t capacity, cudaStream_t s) {
   const std::int64_t items = capacity * p.num_heads;
   if (items == 0) return;
-  split_merge_kernel<<<grid_blocks(items, 1), kThreads, 0, s>>>(p);
+  // The blocks stride over the items, so a full device of them is enough; under a CUDA graph
+  // the launch covers the capacity, and a block per item would make most of them empty.
+  split_merge_kernel<<<std::min(grid_blocks(items, 1), kMaxMergeBlocks), kThreads, 0, s>>>(p);
   check_launch("split_merge_kernel<<<>>>");
 }
 
