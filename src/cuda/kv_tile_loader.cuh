@@ -51,6 +51,16 @@ struct OutputLoader {
   __device__ __forceinline__ static int chunk(int og, int k) {
     return og == 0 ? (k < 4 ? k : 8) : 4 + k;
   }
+  __device__ __forceinline__ int num_chunks() const { return og == 0 ? 5 : 4; }
+  // fn(c) for each chunk c the warpgroup loads, in order (unrolled: c stays a known offset).
+  template <class Fn>
+  __device__ __forceinline__ void for_each_chunk(Fn fn) const {
+    const int chunks = num_chunks();
+#pragma unroll
+    for (int k = 0; k < 5; ++k) {
+      if (k < chunks) fn(chunk(og, k));
+    }
+  }
   // Cache row of the thread's token in the tile at local token t0 (read early: it is a global
   // load the copies depend on).
   __device__ __forceinline__ std::int64_t entry(const DecodeParams& p, const DecodeTile& tile,
@@ -64,26 +74,21 @@ struct OutputLoader {
                                         std::uint32_t bar) const {
     if constexpr (C == Cache::bf16) {
       const std::uint32_t swz = std::uint32_t(token & 7);
-      const int chunks = og == 0 ? 5 : 4;
       const auto* src =
           static_cast<const unsigned char*>(p.cache) + (e >= 0 ? e : 0) * (kHeadDim * 2);
       // Rows not read from the cache are copied from a zero or NaN unit: every write of the tile
       // is then a cp.async, which the mbarrier tracks.
       const auto* fill =
           reinterpret_cast<const unsigned char*>(&kFillUnits[e == kEntryNone ? 0 : 1]);
+      for_each_chunk([&](int c) {
 #pragma unroll
-      for (int k = 0; k < 5; ++k) {
-        if (k < chunks) {
-          const int c = chunk(og, k);
-#pragma unroll
-          for (int u = 0; u < 4; ++u) {
-            // The token's two threads take alternate units: whole 32-byte sectors per warp copy.
-            const std::uint32_t unit = std::uint32_t(2 * u + half);
-            const std::uint32_t dst = s + c * kChunkBytes + off0 + ((unit ^ swz) << 4);
-            cp_async16(dst, e >= 0 ? src + c * 128 + unit * 16 : fill);
-          }
+        for (int u = 0; u < 4; ++u) {
+          // The token's two threads take alternate units: whole 32-byte sectors per warp copy.
+          const std::uint32_t unit = std::uint32_t(2 * u + half);
+          const std::uint32_t dst = s + c * kChunkBytes + off0 + ((unit ^ swz) << 4);
+          cp_async16(dst, e >= 0 ? src + c * 128 + unit * 16 : fill);
         }
-      }
+      });
       cp_async_wait_all();
       publish(bar);
     } else {
@@ -98,28 +103,23 @@ struct OutputLoader {
   // staged at token * 64 + 32 half.
   __device__ __forceinline__ void stage_fp8(const DecodeParams& p, std::int64_t e,
                                             std::uint32_t s) const {
-    const int chunks = og == 0 ? 5 : 4;
     const auto* src = static_cast<const unsigned char*>(p.cache) + (e >= 0 ? e : 0) * kHeadDim;
     const auto* fill =
         reinterpret_cast<const unsigned char*>(&kFp8FillUnits[e == kEntryNone ? 0 : 1]);
     const std::uint32_t staged = std::uint32_t(token) * 64u + 32u * std::uint32_t(half);
+    for_each_chunk([&](int c) {
 #pragma unroll
-    for (int k = 0; k < 5; ++k) {
-      if (k < chunks) {
-        const int c = chunk(og, k);
-#pragma unroll
-        for (int v = 0; v < 2; ++v) {
-          cp_async16(s + c * kChunkBytes + kStagedFp8 + staged + 16 * v,
-                     e >= 0 ? src + c * 64 + 32 * half + 16 * v : fill);
-        }
+      for (int v = 0; v < 2; ++v) {
+        cp_async16(s + c * kChunkBytes + kStagedFp8 + staged + 16 * v,
+                   e >= 0 ? src + c * 64 + 32 * half + 16 * v : fill);
       }
-    }
+    });
   }
   // fp8, second half: once the staged bytes have landed, widens them in place and publishes the
   // warpgroup's chunks on `bar`.
   __device__ __forceinline__ void widen_fp8(std::uint32_t s, std::uint32_t bar) const {
     const std::uint32_t swz = std::uint32_t(token & 7);
-    const int chunks = og == 0 ? 5 : 4;
+    const int chunks = num_chunks();
     const std::uint32_t staged = std::uint32_t(token) * 64u + 32u * std::uint32_t(half);
     cp_async_wait_all();
     named_barrier_sync(loaded_barrier, 128);
@@ -204,7 +204,7 @@ struct OutputLoader {
   // boxes for block size 64 ran 1.2x slower: bench/NOTES.md, session 4).
   __device__ __forceinline__ void issue_bulk(const DecodeParams& p, const BoxRows& rows,
                                              std::uint32_t s, std::uint32_t bar) const {
-    const int chunks = og == 0 ? 5 : 4;
+    const int chunks = num_chunks();
     hopper::mbarrier_arrive_expect_tx(bar, std::uint32_t(chunks) * kChunkBytes);
     const int rows_per_box = min(p.block_size, kBoxRows);
 #pragma unroll
