@@ -2,7 +2,11 @@
 // cache for its bulk tensor copies (bf16 caches whose block size is 16, 32 or a multiple of 64).
 #include <cudaTypedefs.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "check.h"
+#include "decode_seesaw_kernel.cuh"
 #include "decode_ws_kernel.cuh"
 #include "launch_config.h"
 
@@ -42,6 +46,16 @@ void encode_kv_map(DecodeParams& p) {
           std::to_string(int(r)));
 }
 
+// Which kernel decodes bf16 caches: v3 (three warpgroups, decode_ws_kernel.cuh) unless
+// DCPMLA_DECODE_KERNEL=seesaw selects v6 (decode_seesaw_kernel.cuh), for A/B runs in one build.
+bool use_seesaw() {
+  static const bool seesaw = [] {
+    const char* v = std::getenv("DCPMLA_DECODE_KERNEL");
+    return v != nullptr && std::strcmp(v, "seesaw") == 0;
+  }();
+  return seesaw;
+}
+
 }  // namespace
 
 bool tensor_core_decode_supports(DType q_dtype, DType cache_dtype) {
@@ -53,7 +67,16 @@ void launch_decode_tc(const DecodeParams& params, DType cache_dtype, std::int64_
   if (num_tiles <= 0) return;
   DecodeParams p = params;
   const unsigned blocks = unsigned(num_tiles);
-  if (cache_dtype == DType::bf16 && bulk_copies_fit(p.block_size)) {
+  if (cache_dtype == DType::bf16 && use_seesaw()) {
+    if (bulk_copies_fit(p.block_size)) {
+      encode_kv_map(p);
+      launch_with_shared_memory<seesaw::decode_seesaw_kernel<true>>(
+          blocks, seesaw::kThreads, seesaw::kSmemBytes, p, s, "decode_seesaw_kernel<<<>>>");
+    } else {
+      launch_with_shared_memory<seesaw::decode_seesaw_kernel<false>>(
+          blocks, seesaw::kThreads, seesaw::kSmemBytes, p, s, "decode_seesaw_kernel<<<>>>");
+    }
+  } else if (cache_dtype == DType::bf16 && bulk_copies_fit(p.block_size)) {
     encode_kv_map(p);
     launch_with_shared_memory<ws::decode_ws_kernel<tc::Cache::bf16, true>>(
         blocks, ws::kThreads, ws::kSmemBytes, p, s, "decode_ws_kernel<<<>>>");
