@@ -49,6 +49,7 @@ constexpr int kThreads = 256;
 constexpr int kPAReady = 1;  // warpgroup 0 -> 1: P_A in buffer 0's chunk 8, m_A and s_A
 constexpr int kPBReady = 2;  // warpgroup 1 -> 0: P_B in buffer 1's chunk 8, m_B and s_B
 constexpr int kLoaded = 3;   // kLoaded + wg: the warpgroup's threads' copies have landed
+constexpr int kSADone = 5;   // warpgroup 0 -> 1: S_A is done (Stagger: S_B is issued after it)
 
 // Per-row values the warpgroups hand over, each array twice (by round parity): a slot is written
 // again two rounds later, after its reader has passed a barrier wait of the round between.
@@ -164,7 +165,9 @@ __device__ __forceinline__ void pin_operand(std::uint32_t (&a)[16]) {
   for (int i = 0; i < 16; ++i) asm volatile("" : "+r"(a[i])::"memory");
 }
 
-template <bool Bulk>
+// Stagger: warpgroup 1 issues S_B only once S_A is done, so that the softmax of S_A runs beside
+// S_B instead of after both.
+template <bool Bulk, bool Stagger>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_seesaw_kernel(const __grid_constant__ DecodeParams p) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -225,8 +228,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   float m[2] = {-INFINITY, -INFINITY};  // running max of score * scale_log2
   float l[2] = {0.0f, 0.0f};            // this thread's share of its warpgroup's exp-sum
 
-  // S of the tile in buffer wg (this warpgroup's): the chunks of warpgroup 0's loads as soon as
-  // they have landed (0-3, and 8 in buffer 1), then those of warpgroup 1 (4-7, and 8 in buffer 0).
+  // S of the tile in buffer wg (this warpgroup's): chunks 0-3 (warpgroup 0's loads) as soon as
+  // they have landed, then 4-8.
   auto scores = [&](float(&s)[32], std::uint32_t parity) {
     const std::uint64_t desc_k = hopper::smem_descriptor(buffer(wg), 16, 1024);
     auto step = [&](int ks) {
@@ -238,18 +241,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     hopper::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < 16; ++ks) step(ks);
-    if (wg == 1) {
-#pragma unroll
-      for (int ks = 32; ks < 36; ++ks) step(ks);
-    }
+    // A commit group and a fence around the wait: a spin loop between wgmmas of one chain
+    // otherwise makes ptxas serialise them (C7520).
+    hopper::wgmma_commit();
     hopper::mbarrier_wait(bar(wg, 1), parity);
     hopper::fence_proxy_async_shared();
+    hopper::wgmma_fence();
 #pragma unroll
-    for (int ks = 16; ks < 32; ++ks) step(ks);
-    if (wg == 0) {
-#pragma unroll
-      for (int ks = 32; ks < 36; ++ks) step(ks);
-    }
+    for (int ks = 16; ks < 36; ++ks) step(ks);
     hopper::wgmma_commit();
     hopper::wgmma_wait<0>();
     hopper::pin_registers(s);
@@ -262,8 +261,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     const std::int64_t next_a = entry(2 * j + 2), next_b = entry(2 * j + 3);
     float s[32];
     float mx[2] = {-INFINITY, -INFINITY};
+    if (Stagger && wg == 1) named_barrier_sync(kSADone, kThreads);
     if (own < n) {
       scores(s, std::uint32_t(j & 1));
+      if (Stagger && wg == 0) named_barrier_arrive(kSADone, kThreads);
       mask_and_max(s, tile.kv_begin + own * kKeys, lim, quad, mx);
     }
     std::uint32_t a[16];

@@ -48,12 +48,28 @@ void encode_kv_map(DecodeParams& p) {
 
 // Which kernel decodes bf16 caches: v3 (three warpgroups, decode_ws_kernel.cuh) unless
 // DCPMLA_DECODE_KERNEL=seesaw selects v6 (decode_seesaw_kernel.cuh), for A/B runs in one build.
-bool use_seesaw() {
-  static const bool seesaw = [] {
+// DCPMLA_DECODE_KERNEL=seesaw-stagger: v6 with its S_B issued once S_A is done.
+int seesaw_choice() {
+  static const int choice = [] {
     const char* v = std::getenv("DCPMLA_DECODE_KERNEL");
-    return v != nullptr && std::strcmp(v, "seesaw") == 0;
+    if (v == nullptr) return 0;
+    if (std::strcmp(v, "seesaw") == 0) return 1;
+    if (std::strcmp(v, "seesaw-stagger") == 0) return 2;
+    return 0;
   }();
-  return seesaw;
+  return choice;
+}
+
+template <bool Stagger>
+void launch_seesaw(DecodeParams& p, unsigned blocks, cudaStream_t s) {
+  if (bulk_copies_fit(p.block_size)) {
+    encode_kv_map(p);
+    launch_with_shared_memory<seesaw::decode_seesaw_kernel<true, Stagger>>(
+        blocks, seesaw::kThreads, seesaw::kSmemBytes, p, s, "decode_seesaw_kernel<<<>>>");
+  } else {
+    launch_with_shared_memory<seesaw::decode_seesaw_kernel<false, Stagger>>(
+        blocks, seesaw::kThreads, seesaw::kSmemBytes, p, s, "decode_seesaw_kernel<<<>>>");
+  }
 }
 
 }  // namespace
@@ -67,14 +83,11 @@ void launch_decode_tc(const DecodeParams& params, DType cache_dtype, std::int64_
   if (num_tiles <= 0) return;
   DecodeParams p = params;
   const unsigned blocks = unsigned(num_tiles);
-  if (cache_dtype == DType::bf16 && use_seesaw()) {
-    if (bulk_copies_fit(p.block_size)) {
-      encode_kv_map(p);
-      launch_with_shared_memory<seesaw::decode_seesaw_kernel<true>>(
-          blocks, seesaw::kThreads, seesaw::kSmemBytes, p, s, "decode_seesaw_kernel<<<>>>");
+  if (cache_dtype == DType::bf16 && seesaw_choice() != 0) {
+    if (seesaw_choice() == 2) {
+      launch_seesaw<true>(p, blocks, s);
     } else {
-      launch_with_shared_memory<seesaw::decode_seesaw_kernel<false>>(
-          blocks, seesaw::kThreads, seesaw::kSmemBytes, p, s, "decode_seesaw_kernel<<<>>>");
+      launch_seesaw<false>(p, blocks, s);
     }
   } else if (cache_dtype == DType::bf16 && bulk_copies_fit(p.block_size)) {
     encode_kv_map(p);
