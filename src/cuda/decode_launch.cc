@@ -1,5 +1,8 @@
 // Host side of the decode: validation, the plan upload, and the three launches (decode tiles,
-// split merge, padding fill), all on one stream.
+// split merge, padding fill), all on one stream. The split merge and the padding fill are
+// launched with programmatic dependent launch (launch_dependent, launch_config.h): each starts
+// as the kernel before it exits and waits for it on the device, so nothing may be enqueued
+// between the launches below. DCPMLA_NO_PDL=1 turns that off.
 #include <fmt/format.h>
 
 #include <cstdint>

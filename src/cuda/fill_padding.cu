@@ -4,6 +4,7 @@
 #include "check.h"
 #include "device_common.cuh"
 #include "kernels.h"
+#include "launch_config.h"
 
 namespace dcpmla::cuda {
 namespace {
@@ -16,6 +17,9 @@ __global__ void fill_padding_kernel(void* out, bool out_bf16, float* lse, const 
   // count = rows * H (row, head) items starting at item `first`.
   const std::int64_t first = header->padding_begin * num_heads;
   const std::int64_t count = (header->padding_end - header->padding_begin) * num_heads;
+  // Launched dependent on the previous kernel (launch_dependent): the header (uploaded before
+  // the decode) is read before the wait, every store after it.
+  wait_for_previous_grid();
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
   const std::int64_t begin = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   for (std::int64_t i = begin; i < count * kLatentDim; i += stride) {
@@ -34,8 +38,9 @@ void launch_fill_padding(void* out, bool out_bf16, float* lse, const PlanHeader*
   // under a CUDA graph (launched for the row capacity) no longer runs tens of thousands of
   // mostly empty blocks every replay.
   const unsigned blocks = std::min(grid_blocks(count * kLatentDim, kThreads), kMaxBlocks);
-  fill_padding_kernel<<<blocks, kThreads, 0, s>>>(out, out_bf16, lse, header, num_heads);
-  check_launch("fill_padding_kernel<<<>>>");
+  launch_dependent(fill_padding_kernel, blocks, kThreads, s,
+                   "fill_padding_kernel (cudaLaunchKernelEx)", out, out_bf16, lse, header,
+                   num_heads);
 }
 
 }  // namespace dcpmla::cuda

@@ -1,12 +1,20 @@
-// Launches a kernel with more than 48 KiB of dynamic shared memory: the opt-in is a per-device
-// function attribute, set once per device and kernel (each kernel instantiation gets its own
-// flags through the template parameter).
+// Kernel launch helpers.
+//
+// launch_with_shared_memory: a kernel with more than 48 KiB of dynamic shared memory: the opt-in
+// is a per-device function attribute, set once per device and kernel (each kernel instantiation
+// gets its own flags through the template parameter).
+//
+// launch_dependent: a kernel that depends on the kernel enqueued just before it on the stream,
+// launched with programmatic dependent launch (PDL).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
 
 #include "check.h"
 
@@ -25,6 +33,50 @@ void launch_with_shared_memory(unsigned blocks, int threads, std::uint32_t smem_
     configured.fetch_or(bit);
   }
   kernel<<<blocks, threads, smem_bytes, s>>>(p);
+  check_launch(name);
+}
+
+// Whether launch_dependent uses PDL: yes unless the environment variable DCPMLA_NO_PDL is set to
+// something other than "" or "0" (read once per process; for A/B timing).
+inline bool pdl_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("DCPMLA_NO_PDL");
+    return v == nullptr || *v == '\0' || std::strcmp(v, "0") == 0;
+  }();
+  return enabled;
+}
+
+// Launches `kernel` (no dynamic shared memory) with
+// cudaLaunchAttributeProgrammaticStreamSerialization: the runtime may schedule its blocks before
+// the previous kernel on the stream has completed (without griddepcontrol.launch_dependents there,
+// as that kernel's blocks exit), so only its launch latency and start-up overlap the previous
+// kernel's tail. Contract for the kernel: every thread executes wait_for_previous_grid()
+// (device_common.cuh) before it reads anything the previous kernels on the stream write and before
+// it writes anything; before the wait it may read only data written by host uploads that precede
+// those kernels (the plan buffer) and its parameters. Since every thread waits, the kernel
+// completes only after its predecessors, so later stream work is ordered as without PDL. Under
+// stream capture the dependency is recorded as a programmatic graph edge (CUDA 12.3+). A launch the
+// runtime refuses, with or without the attribute, throws Error(backend_failure): there is no silent
+// fallback to another launch. With PDL disabled (pdl_enabled()) the same call launches with full
+// stream serialisation and the wait is a no-op.
+template <class... Params, class... Args>
+void launch_dependent(void (*kernel)(Params...), unsigned blocks, int threads, cudaStream_t s,
+                      const char* name, Args&&... args) {
+  cudaLaunchAttribute attribute[1] = {};
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = 0;
+  config.stream = s;
+  config.attrs = attribute;
+  config.numAttrs = pdl_enabled() ? 1 : 0;
+  const cudaError_t e = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // the error is reported here, not by the next check_launch
+    check(e, name);
+  }
   check_launch(name);
 }
 

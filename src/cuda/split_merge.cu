@@ -9,12 +9,16 @@
 // run). A request split kGroups x 8 ways or less is thus read in one round of loads, not one
 // round per 4 splits: the merge is bandwidth-bound, not latency-bound, for the single-request
 // shapes whose KV is split over every SM.
+//
+// Launched with programmatic dependent launch after the decode (launch_dependent): the blocks
+// start as the decode's blocks exit, read the plan, and wait for the decode's partials.
 #include <algorithm>
 
 #include "check.h"
 #include "dcpmla/merge.h"
 #include "device_common.cuh"
 #include "kernels.h"
+#include "launch_config.h"
 
 namespace dcpmla::cuda {
 namespace {
@@ -43,9 +47,15 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeP
   __shared__ float weights[kWeights];
   __shared__ float scratch[kThreads / 32];
   __shared__ __align__(16) float sums[kGroups - 1][kLatentDim];  // groups 1.. -> group 0
+  // Launched dependent on the decode (launch_dependent): the plan (header, merge rows) was
+  // uploaded before the decode and is read before the wait, the decode's partials and every
+  // store only after it. Every thread waits, items or not.
   const std::int64_t items = p.header->num_merge_rows * p.num_heads;
+  MergeRow first_row{};
+  if (std::int64_t(blockIdx.x) < items) first_row = p.rows[blockIdx.x / p.num_heads];
+  wait_for_previous_grid();
   for (std::int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const MergeRow m = p.rows[item / p.num_heads];
+    const MergeRow m = item == std::int64_t(blockIdx.x) ? first_row : p.rows[item / p.num_heads];
     const int h = int(item % p.num_heads);
     const std::int64_t first = std::int64_t(m.first_partial_row) * p.num_heads + h;
     const std::int64_t stride = std::int64_t(m.split_stride_rows) * p.num_heads;
@@ -110,8 +120,8 @@ void launch_split_merge(const SplitMergeParams& p, std::int64_t capacity, cudaSt
   if (items == 0) return;
   // The blocks stride over the items, so a full device of them is enough; under a CUDA graph
   // the launch covers the capacity, and a block per item would make most of them empty.
-  split_merge_kernel<<<std::min(grid_blocks(items, 1), kMaxMergeBlocks), kThreads, 0, s>>>(p);
-  check_launch("split_merge_kernel<<<>>>");
+  launch_dependent(split_merge_kernel, std::min(grid_blocks(items, 1), kMaxMergeBlocks), kThreads,
+                   s, "split_merge_kernel (cudaLaunchKernelEx)", p);
 }
 
 }  // namespace dcpmla::cuda
