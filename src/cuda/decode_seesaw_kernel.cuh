@@ -167,7 +167,10 @@ __device__ __forceinline__ void pin_operand(std::uint32_t (&a)[16]) {
 
 // Stagger: warpgroup 1 issues S_B only once S_A is done, so that the softmax of S_A runs beside
 // S_B instead of after both.
-template <bool Bulk, bool Stagger>
+// Diag (timing diagnostics, wrong results; 0 in every real build): bit 0 no refills (tiles 0
+// and 1 are reused), bit 1 no P.V MMAs, bit 2 no S MMAs, bit 3 P.V from shared memory in both
+// warpgroups.
+template <bool Bulk, bool Stagger, int Diag = 0>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_seesaw_kernel(const __grid_constant__ DecodeParams p) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -231,12 +234,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   // S of the tile in buffer wg (this warpgroup's): chunks 0-3 (warpgroup 0's loads) as soon as
   // they have landed, then 4-8.
   auto scores = [&](float(&s)[32], std::uint32_t parity) {
+    const bool wait = !(Diag & 1) || parity == 0;  // (no refills: only tiles 0 and 1 land)
+    if constexpr ((Diag & 4) != 0) {
+      if (wait) hopper::mbarrier_wait(bar(wg, 0), parity);
+      if (wait) hopper::mbarrier_wait(bar(wg, 1), parity);
+#pragma unroll
+      for (int k = 0; k < 32; ++k) s[k] = float(k & 7);
+      return;
+    }
     const std::uint64_t desc_k = hopper::smem_descriptor(buffer(wg), 16, 1024);
     auto step = [&](int ks) {
       const std::uint32_t off = ((ks >> 2) * kChunkBytes + (ks & 3) * 32) >> 4;
       hopper::wgmma_m64n64k16_ss(s, desc_q + off, desc_k + off, ks > 0);
     };
-    hopper::mbarrier_wait(bar(wg, 0), parity);
+    if (wait) hopper::mbarrier_wait(bar(wg, 0), parity);
     hopper::fence_proxy_async_shared();
     hopper::wgmma_fence();
 #pragma unroll
@@ -244,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // A commit group and a fence around the wait: a spin loop between wgmmas of one chain
     // otherwise makes ptxas serialise them (C7520).
     hopper::wgmma_commit();
-    hopper::mbarrier_wait(bar(wg, 1), parity);
+    if (wait) hopper::mbarrier_wait(bar(wg, 1), parity);
     hopper::fence_proxy_async_shared();
     hopper::wgmma_fence();
 #pragma unroll
@@ -288,11 +299,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int r = 0; r < 2; ++r) l[r] = l[r] * s_a[r] + sum[r];
       rescale(o, s_a[0], s_a[1]);
-      pv_from_registers(o, a, buffer(0));
+      if constexpr ((Diag & 8) != 0) {
+        pv_from_shared(o, buffer(0) + 8 * kChunkBytes, buffer(0));
+      } else if constexpr ((Diag & 2) == 0) {
+        pv_from_registers(o, a, buffer(0));
+      }
       hopper::wgmma_wait<0>();
       hopper::pin_registers(o);
       pin_operand(a);
-      if (2 * j + 2 < n) load_tile(2 * j + 2, next_a);
+      if (!(Diag & 1) && 2 * j + 2 < n) load_tile(2 * j + 2, next_a);
 
       named_barrier_sync(kPBReady, kThreads);
       float s_b[2];
@@ -305,10 +320,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (has_b) {
         rescale(o, s_b[0], s_b[1]);
         hopper::fence_proxy_async_shared();
-        pv_from_shared(o, buffer(1) + 8 * kChunkBytes, buffer(1));
+        if constexpr ((Diag & 2) == 0) pv_from_shared(o, buffer(1) + 8 * kChunkBytes, buffer(1));
         hopper::wgmma_wait<0>();
         hopper::pin_registers(o);
-        if (2 * j + 3 < n) load_tile(2 * j + 3, next_b);
+        if (!(Diag & 1) && 2 * j + 3 < n) load_tile(2 * j + 3, next_b);
       }
     } else {
       named_barrier_sync(kPAReady, kThreads);
@@ -323,7 +338,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       rescale(o, s_a[0], s_a[1]);
       hopper::fence_proxy_async_shared();
-      pv_from_shared(o, buffer(0) + 8 * kChunkBytes, buffer(0) + 4 * kChunkBytes);
+      if constexpr ((Diag & 2) == 0) {
+        pv_from_shared(o, buffer(0) + 8 * kChunkBytes, buffer(0) + 4 * kChunkBytes);
+      }
       // The softmax of S_B while P_A V_A,R runs.
       if (has_b) {
         exponentiate(s, scale_log2, m, a, sum);
@@ -341,14 +358,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       named_barrier_arrive(kPBReady, kThreads);
       hopper::wgmma_wait<0>();
       hopper::pin_registers(o);
-      if (2 * j + 2 < n) load_tile(2 * j + 2, next_a);
+      if (!(Diag & 1) && 2 * j + 2 < n) load_tile(2 * j + 2, next_a);
       if (has_b) {
         rescale(o, s_b[0], s_b[1]);
-        pv_from_registers(o, a, buffer(1) + 4 * kChunkBytes);
+        if constexpr ((Diag & 8) != 0) {
+          pv_from_shared(o, buffer(1) + 8 * kChunkBytes, buffer(1) + 4 * kChunkBytes);
+        } else if constexpr ((Diag & 2) == 0) {
+          pv_from_registers(o, a, buffer(1) + 4 * kChunkBytes);
+        }
         hopper::wgmma_wait<0>();
         hopper::pin_registers(o);
         pin_operand(a);
-        if (2 * j + 3 < n) load_tile(2 * j + 3, next_b);
+        if (!(Diag & 1) && 2 * j + 3 < n) load_tile(2 * j + 3, next_b);
       }
     }
   }

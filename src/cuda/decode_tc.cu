@@ -60,12 +60,48 @@ int seesaw_choice() {
   return choice;
 }
 
+template <bool Stagger, int Diag = 0>
+void launch_seesaw_bulk(DecodeParams& p, unsigned blocks, cudaStream_t s) {
+  launch_with_shared_memory<seesaw::decode_seesaw_kernel<true, Stagger, Diag>>(
+      blocks, seesaw::kThreads, seesaw::kSmemBytes, p, s, "decode_seesaw_kernel<<<>>>");
+}
+
+// Timing diagnostics of the seesaw kernel (DCPMLA_SEESAW_DIAG=<bits>, see the kernel), built
+// only with -DDCPMLA_SEESAW_DIAG.
+template <bool Stagger>
+void launch_seesaw_diag(DecodeParams& p, unsigned blocks, cudaStream_t s) {
+#ifdef DCPMLA_SEESAW_DIAG
+  static const int diag = [] {
+    const char* v = std::getenv("DCPMLA_SEESAW_DIAG");
+    return v != nullptr ? std::atoi(v) : 0;
+  }();
+  switch (diag) {
+    case 1:
+      return launch_seesaw_bulk<Stagger, 1>(p, blocks, s);
+    case 2:
+      return launch_seesaw_bulk<Stagger, 2>(p, blocks, s);
+    case 3:
+      return launch_seesaw_bulk<Stagger, 3>(p, blocks, s);
+    case 4:
+      return launch_seesaw_bulk<Stagger, 4>(p, blocks, s);
+    case 5:
+      return launch_seesaw_bulk<Stagger, 5>(p, blocks, s);
+    case 8:
+      return launch_seesaw_bulk<Stagger, 8>(p, blocks, s);
+    case 9:
+      return launch_seesaw_bulk<Stagger, 9>(p, blocks, s);
+    default:
+      break;
+  }
+#endif
+  launch_seesaw_bulk<Stagger>(p, blocks, s);
+}
+
 template <bool Stagger>
 void launch_seesaw(DecodeParams& p, unsigned blocks, cudaStream_t s) {
   if (bulk_copies_fit(p.block_size)) {
     encode_kv_map(p);
-    launch_with_shared_memory<seesaw::decode_seesaw_kernel<true, Stagger>>(
-        blocks, seesaw::kThreads, seesaw::kSmemBytes, p, s, "decode_seesaw_kernel<<<>>>");
+    launch_seesaw_diag<Stagger>(p, blocks, s);
   } else {
     launch_with_shared_memory<seesaw::decode_seesaw_kernel<false, Stagger>>(
         blocks, seesaw::kThreads, seesaw::kSmemBytes, p, s, "decode_seesaw_kernel<<<>>>");
