@@ -3,12 +3,16 @@
 # system NCCL, no network: configures a Release build with the CUDA backend and the NCCL
 # communicator into build-multigpu, builds what the multi-GPU checks need, runs the ctest labels
 # multigpu and nccl, `dcpmla demo --backend cuda --dcp W --gpus W` (both combines, bf16 and fp8
-# caches, and one DeepSeek-sized batch), and dcpmla_multigpu_bench. Every log and the benchmark
-# JSON go to $OUT (default ./out).
+# caches, and one DeepSeek-sized batch), the launch breakdown of the shape (32K context x
+# batch 32, H 128, W = 2: each NCCL collective and kernel of the query gather and the combine,
+# and each collective timed alone; once more without the events between launches, to see what
+# they cost) and dcpmla_multigpu_bench over its grid (which carries the same breakdown). Every log
+# and the benchmark JSON go to $OUT (default ./out).
 #
 # A failing step is logged and the script goes on; the exit status is non-zero when any step
-# failed. DCPMLA_STEPS picks steps (default "build tests demo bench"); build outputs are reused,
-# so a second call can run, say, DCPMLA_STEPS="build bench" on a machine that is still warm.
+# failed. DCPMLA_STEPS picks steps (default "build tests demo breakdown bench"); build outputs are
+# reused, so a second call can run, say, DCPMLA_STEPS="build breakdown" on a machine that is
+# still warm.
 # DCPMLA_COMMIT is recorded with the benchmark (default: git rev-parse HEAD where .git exists).
 #
 #   run: scripts/device_multigpu.sh
@@ -21,7 +25,7 @@ export CMAKE_POLICY_VERSION_MINIMUM=3.5  # CMake 4 and the older config files of
 # NVLink multicast (NVLS) stays off on these machines.
 export NCCL_NVLS_ENABLE=0
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
-STEPS=${DCPMLA_STEPS:-build tests demo bench}
+STEPS=${DCPMLA_STEPS:-build tests demo breakdown bench}
 JOBS=$(nproc 2>/dev/null || echo 8)
 START=$(date +%s)
 BUILD=build-multigpu
@@ -123,16 +127,40 @@ if want demo; then
   fi
 fi
 
+# --- launch breakdown of the query gather and the combine ----------------------------------
+BENCH="$BUILD/bench/multigpu/dcpmla_multigpu_bench"
+if want breakdown; then
+  if [ "$W" -lt 2 ]; then
+    fail "breakdown needs 2 GPUs, found $GPUS"
+  elif [ ! -x "$BENCH" ]; then
+    fail "dcpmla_multigpu_bench was not built"
+  else
+    # 32K x 32, H 128 (Q 1 and ragged), W = 2 only; 100 steps, each collective 200 calls alone.
+    for mode in events noevents; do
+      extra=(--alone-calls 200)
+      [ "$mode" = noevents ] && extra=(--no-launch-events --alone-calls 0)
+      name="multigpu_breakdown_$mode"
+      log "dcpmla_multigpu_bench --contexts 32768 --batches 32 --heads 128 --worlds $W ${extra[*]}"
+      DCPMLA_COMMIT="$COMMIT" timeout "$(cap 120)" "$BENCH" --contexts 32768 --batches 32 \
+        --heads 128 --worlds "$W" --steps 100 --budget-s 90 \
+        --out "$OUT/$name.json" "${extra[@]}" > "$OUT/$name.txt" 2>&1
+      rc=$?
+      cat "$OUT/$name.txt"
+      [ $rc -eq 0 ] || fail "$name (rc $rc, see $name.txt)"
+    done
+  fi
+fi
+
 # --- benchmark ----------------------------------------------------------------------------
 if want bench; then
-  if [ -x "$BUILD/bench/multigpu/dcpmla_multigpu_bench" ]; then
+  if [ -x "$BENCH" ]; then
     budget=$(($(left) - 45))
     [ "$budget" -gt 30 ] || budget=30
     log "dcpmla_multigpu_bench (time budget ${budget}s for shapes; JSON rewritten per shape)"
     # DCPMLA_BENCH_ARGS is split into words on purpose (several options).
     # shellcheck disable=SC2086
     DCPMLA_COMMIT="$COMMIT" timeout "$(cap $((budget + 40)))" \
-      "$BUILD/bench/multigpu/dcpmla_multigpu_bench" --out "$OUT/multigpu_bench.json" \
+      "$BENCH" --out "$OUT/multigpu_bench.json" \
       --budget-s "$budget" ${DCPMLA_BENCH_ARGS:-} 2>&1 | tee "$OUT/multigpu_bench.txt" | tail -80
     [ "${PIPESTATUS[0]}" -eq 0 ] || fail "multigpu benchmark (see multigpu_bench.txt)"
   else

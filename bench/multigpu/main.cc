@@ -2,6 +2,9 @@
 // step: the query all-gather, the attention (local decode over the rank's KV shard) and the
 // combine (ag_rs, a2a, and a2a with the bf16 payload, separately), timed with CUDA events, for
 // W = 1 and W = 2, 4, ... up to the GPUs present; the whole step time, and its ratio to W = 1.
+// For W >= 2 the query gather and the combine are also split into their launches (each NCCL
+// collective and each kernel around it), and each collective is timed alone, the same call in a
+// loop of back-to-back calls on idle GPUs, to compare with its time inside the step.
 // Writes JSON (command, commit, date, devices, versions, every timing, the targets) and
 // prints a table.
 #include <cuda_runtime_api.h>
@@ -94,7 +97,18 @@ int run(int argc, char** argv) {
   app.add_option("--target-work-items", mo.target_work_items,
                  "split-KV work items aimed at per rank (default 0: the CUDA backend's policy, "
                  "cuda_plan_limits)");
+  bool no_launch_events = false;
+  app.add_flag("--no-launch-events", no_launch_events,
+               "time only the four points of a step, not each launch of the query gather and "
+               "the combine (the events between launches as before this was measured)");
+  app.add_option("--alone-calls", mo.alone_calls,
+                 "back-to-back calls of each collective timed alone, on idle GPUs (W >= 2; "
+                 ">= 50, or 0 to skip)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
+  mo.launch_events = !no_launch_events;
+  require(mo.alone_calls == 0 || mo.alone_calls >= 50, ErrorCode::invalid_argument, "--alone-calls",
+          ">= 50, or 0", std::to_string(mo.alone_calls));
 
   // NVLink multicast stays off unless the environment sets it (shared machines: a program using
   // it can take the GPUs out of service); recorded in the JSON.
@@ -140,7 +154,24 @@ int run(int argc, char** argv) {
          "CUDA events on every rank's stream at each phase boundary of every step; "
          "per step the slowest rank's phase, then median and min over the steps; "
          "query_gather_own and combine_own: per step the fastest rank's phase instead (the last "
-         "rank to join the collective, which waits for nobody: the phase's own cost)"}}},
+         "rank to join the collective, which waits for nobody: the phase's own cost)"},
+        {"launch_events", mo.launch_events},
+        {"sub_phases",
+         "combines[].sub_phases: with launch_events, an event after every launch of the query "
+         "gather (nccl_all_gather_q, kernel_unpack_q; no kernel precedes the gather) and of the "
+         "combine (ag_rs: nccl_all_gather_lse, kernel_rescale, nccl_reduce_scatter_o, "
+         "kernel_convert_o; a2a: kernel_pack, nccl_all_to_all, kernel_merge); a launch's time "
+         "runs from the previous event of the step to its own (so it includes any gap before "
+         "it). median_us / min_us: per step the slowest rank, then over the steps; own_*: per "
+         "step the fastest rank; rank_median_us: per rank. alone: the name of the same call "
+         "in collectives_alone"},
+        {"alone_calls", mo.alone_calls},
+        {"collectives_alone",
+         "results[].collectives_alone: each distinct collective of the steps (the same call: "
+         "buffers, count, dtype; recorded from an untimed step), alone_calls back-to-back calls "
+         "on GPUs doing nothing else after warmup calls, an event before each call; per_call: "
+         "per call the slowest rank, median and min over the calls; per_call_own: the fastest "
+         "rank; loop_us_per_call: first to last event / calls"}}},
       {"results", nlohmann::json::array()},
       {"skipped", nlohmann::json::array()},
       {"errors", nlohmann::json::array()}};

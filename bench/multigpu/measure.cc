@@ -1,5 +1,7 @@
 #include "measure.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <barrier>
@@ -9,6 +11,8 @@
 #include <thread>
 #include <utility>
 
+#include "collective_alone.h"
+#include "dcpmla/error.h"
 #include "event_timer.h"
 #include "rank_step.h"
 
@@ -22,8 +26,12 @@ Stat stat_of(std::vector<double> us) {
 
 // Per-rank, per-combine raw phases of every timed step.
 struct RankRecord {
-  std::vector<std::vector<StepPhases>> phases;  // [combine][step]
-  std::vector<float> loop_ms;                   // [combine]
+  std::vector<std::vector<StepPhases>> phases;     // [combine][step]
+  std::vector<float> loop_ms;                      // [combine]
+  std::vector<std::vector<CollectiveCall>> calls;  // [combine]: the step's collectives
+  std::vector<CollectiveCall> alone_calls;         // distinct calls over the combines
+  std::vector<std::vector<double>> alone_call_us;  // [alone call][call]
+  std::vector<double> alone_loop_us;               // [alone call]
 };
 
 struct Variant {
@@ -50,6 +58,108 @@ Stat phase_stat(const std::vector<RankRecord>& ranks, std::size_t c, int steps,
   return stat_of(std::move(us));
 }
 
+double pick_over_ranks(const std::vector<double>& rank_us, OverRanks pick) {
+  return pick == OverRanks::slowest ? *std::max_element(rank_us.begin(), rank_us.end())
+                                    : *std::min_element(rank_us.begin(), rank_us.end());
+}
+
+// The launches of combine c, position by position; every rank and step marks the same sequence.
+std::vector<LaunchTiming> launch_timings(const std::vector<RankRecord>& ranks, std::size_t c,
+                                         int steps) {
+  const auto& first = ranks.front().phases[c].front().launches;
+  std::vector<LaunchTiming> out;
+  for (std::size_t k = 0; k < first.size(); ++k) {
+    LaunchTiming t;
+    t.launch = first[k].first;
+    std::vector<double> slowest, own;
+    std::vector<std::vector<double>> per_rank(ranks.size());
+    for (int i = 0; i < steps; ++i) {
+      std::vector<double> rank_us;
+      for (std::size_t r = 0; r < ranks.size(); ++r) {
+        const auto& launches = ranks[r].phases[c][std::size_t(i)].launches;
+        require(k < launches.size() && launches[k].first == t.launch, ErrorCode::inconsistent,
+                "launch marks",
+                fmt::format("{} as launch {} of every step and rank", to_string(t.launch), k),
+                fmt::format("a different sequence on rank {}, step {}", r, i));
+        rank_us.push_back(1e3 * launches[k].second);
+        per_rank[r].push_back(rank_us.back());
+      }
+      slowest.push_back(pick_over_ranks(rank_us, OverRanks::slowest));
+      own.push_back(pick_over_ranks(rank_us, OverRanks::fastest));
+    }
+    t.slowest = stat_of(std::move(slowest));
+    t.own = stat_of(std::move(own));
+    for (auto& us : per_rank) t.rank_median_us.push_back(stat_of(std::move(us)).median_us);
+    // The call this launch made (rank 0's log), named as in the collective-alone figures.
+    for (const CollectiveCall& call : ranks.front().calls[c]) {
+      if (call.launch == t.launch) t.alone = call.name();
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::vector<CollectiveAlone> alone_timings(const std::vector<RankRecord>& ranks, int world) {
+  std::vector<CollectiveAlone> out;
+  const RankRecord& r0 = ranks.front();
+  for (std::size_t a = 0; a < r0.alone_calls.size(); ++a) {
+    const CollectiveCall& call = r0.alone_calls[a];
+    CollectiveAlone t;
+    t.name = call.name();
+    t.launch = call.launch;
+    t.dtype = call.dtype;
+    t.count = call.count;
+    t.send_bytes = call.send_bytes(world);
+    t.recv_bytes = call.recv_bytes(world);
+    t.calls = int(r0.alone_call_us[a].size());
+    std::vector<double> slowest, own;
+    for (std::size_t i = 0; i < r0.alone_call_us[a].size(); ++i) {
+      std::vector<double> rank_us;
+      for (const RankRecord& r : ranks) rank_us.push_back(r.alone_call_us[a][i]);
+      slowest.push_back(pick_over_ranks(rank_us, OverRanks::slowest));
+      own.push_back(pick_over_ranks(rank_us, OverRanks::fastest));
+    }
+    t.per_call = stat_of(std::move(slowest));
+    t.per_call_own = stat_of(std::move(own));
+    for (const RankRecord& r : ranks) {
+      t.loop_us_per_call = std::max(t.loop_us_per_call, r.alone_loop_us[a] / t.calls);
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+// Times each distinct call `calls` times back to back on this rank's stream, all ranks together
+// (every rank's list holds the same calls in the same order).
+void time_alone(RankStep& step, Communicator& comm, std::barrier<>& sync, int device, int warmup,
+                int calls, RankRecord& rec) {
+  for (const auto& per_combine : rec.calls) {
+    for (const CollectiveCall& call : per_combine) {
+      const bool seen =
+          std::any_of(rec.alone_calls.begin(), rec.alone_calls.end(),
+                      [&](const CollectiveCall& c) { return c.name() == call.name(); });
+      if (!seen) rec.alone_calls.push_back(call);
+    }
+  }
+  EventSeries series(device, calls);
+  const Stream s = step.stream();
+  for (const CollectiveCall& call : rec.alone_calls) {
+    for (int i = 0; i < warmup; ++i) replay(call, comm, s);
+    step.synchronize();
+    sync.arrive_and_wait();  // start the loops together
+    for (int i = 0; i < calls; ++i) {
+      series.record(i, s);
+      replay(call, comm, s);
+    }
+    series.record(calls, s);
+    step.synchronize();
+    std::vector<double> us;
+    for (int i = 0; i < calls; ++i) us.push_back(1e3 * series.ms(i, i + 1));
+    rec.alone_call_us.push_back(std::move(us));
+    rec.alone_loop_us.push_back(1e3 * series.ms(0, calls));
+  }
+}
+
 CombineTiming summarize(Variant v, std::size_t c, const std::vector<RankRecord>& ranks, int steps) {
   CombineTiming t;
   t.combine = v.combine;
@@ -73,6 +183,7 @@ CombineTiming summarize(Variant v, std::size_t c, const std::vector<RankRecord>&
     for (const StepPhases& p : r.phases[c]) own.push_back(1e3 * p.step);
     t.rank_step_median_us.push_back(stat_of(own).median_us);
   }
+  t.launches = launch_timings(ranks, c, steps);
   return t;
 }
 
@@ -97,7 +208,7 @@ ShapeTiming measure(const NcclLocalGroup& group, const Shape& shape, const Measu
       std::unique_ptr<EventTimer> timer;
       try {
         step = std::make_unique<RankStep>(r, W, shape, sb, o.block_size, o.target_work_items);
-        timer = std::make_unique<EventTimer>(r, o.steps);
+        timer = std::make_unique<EventTimer>(r, o.steps, o.launch_events);
       } catch (...) {
         errors[std::size_t(r)] = std::current_exception();
         setup_failed = true;
@@ -108,7 +219,12 @@ ShapeTiming measure(const NcclLocalGroup& group, const Shape& shape, const Measu
       try {
         Communicator& comm = group.communicator(r);
         RankRecord& rec = records[std::size_t(r)];
+        CollectiveRecorder recorder(comm);
         for (const Variant& v : kVariants) {
+          // One untimed step through the recorder: the collectives this combine makes.
+          recorder.clear();
+          step->run(recorder, v.combine, v.payload, &recorder);
+          rec.calls.push_back(recorder.calls());
           for (int i = 0; i < o.warmup; ++i) step->run(comm, v.combine, v.payload, nullptr);
           step->synchronize();
           sync.arrive_and_wait();  // start the timed steps together
@@ -123,6 +239,10 @@ ShapeTiming measure(const NcclLocalGroup& group, const Shape& shape, const Measu
           rec.loop_ms.push_back(timer->span(0, o.steps - 1));
         }
         if (!step->output_finite()) all_finite = false;
+        // After the finiteness check: the loops overwrite the step's receive buffers.
+        if (W > 1 && o.alone_calls > 0) {
+          time_alone(*step, comm, sync, r, o.warmup, o.alone_calls, rec);
+        }
         if (r == 0) {
           result.rows = step->rows();
           result.kv_bytes_per_rank = step->kv_bytes();
@@ -144,6 +264,7 @@ ShapeTiming measure(const NcclLocalGroup& group, const Shape& shape, const Measu
   for (std::size_t c = 0; c < std::size(kVariants); ++c) {
     result.combines.push_back(summarize(kVariants[c], c, records, o.steps));
   }
+  if (W > 1 && o.alone_calls > 0) result.alone = alone_timings(records, W);
   return result;
 }
 

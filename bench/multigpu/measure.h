@@ -16,6 +16,31 @@ struct Stat {
   double min_us = 0;
 };
 
+// One launch of the query gather or the combine inside the timed steps (a sub-phase), from the
+// step's previous mark to the mark after it (see DcpLaunch).
+struct LaunchTiming {
+  DcpLaunch launch = DcpLaunch::nccl_all_gather_q;
+  Stat slowest;  // per step the maximum over ranks, then median and min over the steps
+  Stat own;      // per step the minimum over ranks (as the *_own phases)
+  std::vector<double> rank_median_us;  // per rank, the median over the steps
+  std::string alone;  // nccl_* launches: the name of the same call in ShapeTiming::alone
+};
+
+// One collective of the step (the same call: buffers, count, dtype) timed alone: `calls`
+// back-to-back calls on GPUs doing nothing else, an event before each call and after the last.
+struct CollectiveAlone {
+  std::string name;  // CollectiveCall::name(), e.g. "nccl_all_gather_q/bf16"
+  DcpLaunch launch = DcpLaunch::nccl_all_gather_q;
+  DType dtype = DType::f32;
+  std::size_t count = 0;       // elements per chunk, as passed to the Communicator
+  std::size_t send_bytes = 0;  // per rank
+  std::size_t recv_bytes = 0;  // per rank
+  int calls = 0;
+  Stat per_call;                // per call the maximum over ranks; median and min over the calls
+  Stat per_call_own;            // per call the minimum over ranks
+  double loop_us_per_call = 0;  // first event to last / calls, maximum over ranks
+};
+
 // One combine's timings. Per step, each phase is the maximum over ranks (the slowest rank sets
 // the pace), then the median and minimum over the timed steps. The *_own figures take the minimum
 // over ranks instead: a rank that reaches a collective early waits inside it for the others, so
@@ -32,6 +57,9 @@ struct CombineTiming {
   double loop_us_per_step = 0;  // first begin to last end over the timed steps, / steps (max over
                                 // ranks): includes any gap between steps (host launch time)
   std::vector<double> rank_step_median_us;
+  // The query gather's launches, then the combine's, in step order (empty for W = 1, or when
+  // launches are not timed).
+  std::vector<LaunchTiming> launches;
 };
 
 struct ShapeTiming {
@@ -42,6 +70,7 @@ struct ShapeTiming {
   std::size_t work_items = 0;    // rank 0's plan
   bool output_finite = true;
   std::vector<CombineTiming> combines;  // ag_rs, a2a, a2a with the bf16 payload
+  std::vector<CollectiveAlone> alone;   // W >= 2: every distinct collective of the three combines
 };
 
 struct MeasureOptions {
@@ -51,6 +80,11 @@ struct MeasureOptions {
   // Split-KV work items aimed at per rank; 0: the CUDA backend's own policy (cuda_plan_limits
   // for each rank's shard and GPU).
   int target_work_items = 0;
+  // Events after every launch of the query gather and the combine (LaunchTiming); false: only
+  // at the four points of a step, as before these were timed.
+  bool launch_events = true;
+  // Back-to-back calls of each collective timed alone (W >= 2); 0 skips that measurement.
+  int alone_calls = 100;
 };
 
 // Rank r runs on its own thread with group.communicator(r). Throws the first rank's Error when

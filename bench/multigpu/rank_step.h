@@ -26,6 +26,7 @@ class RankStep {
   // Enqueues one step on this rank's stream (no host synchronisation).
   void run(Communicator& comm, Combine combine, DType payload, DcpStepTimer* timer);
   void synchronize();
+  Stream stream() const { return stream_; }
   // Downloads this rank's LSE: every row sees keys on every rank here, so all must be finite.
   bool output_finite();
 

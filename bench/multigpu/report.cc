@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace dcpmla::bench {
 namespace {
 
@@ -19,6 +21,67 @@ constexpr const char* kOwnValueIs =
 
 nlohmann::json stat_json(const Stat& s) {
   return {{"median_us", s.median_us}, {"min_us", s.min_us}};
+}
+
+const CollectiveAlone* find_alone(const Measured& m, const std::string& name) {
+  for (const CollectiveAlone& a : m.timing.alone) {
+    if (a.name == name) return &a;
+  }
+  return nullptr;
+}
+
+const char* phase_name(DcpLaunch l) {
+  return phase_of(l) == DcpStepPoint::query_gathered ? "query_gather" : "combine_phase";
+}
+
+nlohmann::json launch_json(const Measured& m, const LaunchTiming& t) {
+  nlohmann::json j{{"name", to_string(t.launch)},
+                   {"phase", phase_name(t.launch)},
+                   {"kind", is_collective(t.launch) ? "nccl" : "kernel"},
+                   {"median_us", t.slowest.median_us},
+                   {"min_us", t.slowest.min_us},
+                   {"own_median_us", t.own.median_us},
+                   {"own_min_us", t.own.min_us},
+                   {"rank_median_us", t.rank_median_us}};
+  if (const CollectiveAlone* a = find_alone(m, t.alone)) {
+    j["alone"] = a->name;
+    j["alone_median_us"] = a->per_call.median_us;
+    j["alone_own_median_us"] = a->per_call_own.median_us;
+  }
+  return j;
+}
+
+nlohmann::json alone_json(const CollectiveAlone& a) {
+  // NCCL's "size" of the operation: the gathered buffer of an all-gather, the reduced buffer of
+  // a reduce-scatter, one rank's send buffer of an all-to-all: the larger of the two buffers.
+  const double size = double(std::max(a.send_bytes, a.recv_bytes));
+  return {{"name", a.name},
+          {"launch", to_string(a.launch)},
+          {"dtype", to_string(a.dtype)},
+          {"count", a.count},
+          {"send_bytes_per_rank", a.send_bytes},
+          {"recv_bytes_per_rank", a.recv_bytes},
+          {"calls", a.calls},
+          {"per_call", stat_json(a.per_call)},
+          {"per_call_own", stat_json(a.per_call_own)},
+          {"loop_us_per_call", a.loop_us_per_call},
+          {"algbw_gbps", size / (a.per_call.median_us * 1e-6) / 1e9}};
+}
+
+// "nccl_all_gather_q 31.2 (own 25.0, alone 14.1) | kernel_unpack_q 4.2 (own 4.0)"
+std::string launches_line(const Measured& m, const CombineTiming& t, DcpStepPoint phase) {
+  std::string line;
+  for (const LaunchTiming& l : t.launches) {
+    if (phase_of(l.launch) != phase) continue;
+    if (!line.empty()) line += " | ";
+    line += fmt::format("{} {:.1f} (own {:.1f}", to_string(l.launch), l.slowest.median_us,
+                        l.own.median_us);
+    if (const CollectiveAlone* a = find_alone(m, l.alone)) {
+      line += fmt::format(", alone {:.1f}", a->per_call.median_us);
+    }
+    line += ")";
+  }
+  return line;
 }
 
 }  // namespace
@@ -47,6 +110,17 @@ void print_rows(const Measured& m, const Measured* baseline) {
         100 * t.combine_phase.median_us / t.decode.median_us,
         100 * t.combine_own.median_us / t.decode.median_us,
         m.timing.output_finite ? "" : "  NON-FINITE OUTPUT");
+    if (!t.launches.empty()) {
+      fmt::print("      gather:  {}\n", launches_line(m, t, DcpStepPoint::query_gathered));
+      fmt::print("      combine: {}\n", launches_line(m, t, DcpStepPoint::combined));
+    }
+  }
+  for (const CollectiveAlone& a : m.timing.alone) {
+    fmt::print(
+        "      alone: {:<26} send {:>7.3f} MB recv {:>7.3f} MB: {:>7.1f} us (own {:.1f}, min "
+        "{:.1f}, loop {:.1f} / call, {} calls)\n",
+        a.name, a.send_bytes * 1e-6, a.recv_bytes * 1e-6, a.per_call.median_us,
+        a.per_call_own.median_us, a.per_call.min_us, a.loop_us_per_call, a.calls);
   }
 }
 
@@ -66,12 +140,17 @@ nlohmann::json to_json(const Measured& m, const Measured* baseline) {
                      {"query_gather_own", stat_json(t.query_gather_own)},
                      {"combine_own", stat_json(t.combine_own)},
                      {"combine_own_over_decode", t.combine_own.median_us / t.decode.median_us}};
+    nlohmann::json parts = nlohmann::json::array();
+    for (const LaunchTiming& l : t.launches) parts.push_back(launch_json(m, l));
+    c["sub_phases"] = parts;
     if (base) {
       c["step_over_w1_step"] = t.step.median_us / base->step.median_us;
       c["step_over_w1_decode"] = t.step.median_us / base->decode.median_us;
     }
     combines.push_back(c);
   }
+  nlohmann::json alone = nlohmann::json::array();
+  for (const CollectiveAlone& a : m.timing.alone) alone.push_back(alone_json(a));
   // Attention alone, per rank (from the ag_rs steps; the decode is the same in both combines).
   const double decode_s = m.timing.combines.front().decode.median_us * 1e-6;
   return {{"world", m.timing.world},
@@ -87,7 +166,8 @@ nlohmann::json to_json(const Measured& m, const Measured* baseline) {
           {"decode_tflops_per_rank", m.timing.flops / m.timing.world / decode_s / 1e12},
           {"work_items_rank0", m.timing.work_items},
           {"output_finite", m.timing.output_finite},
-          {"combines", combines}};
+          {"combines", combines},
+          {"collectives_alone", alone}};
 }
 
 nlohmann::json targets(const std::vector<Measured>& all) {

@@ -17,7 +17,10 @@ struct Measured {
 };
 
 void print_header();
-// `baseline`: the same shape at W = 1 (nullptr when this is it or it was not measured).
+// `baseline`: the same shape at W = 1 (nullptr when this is it or it was not measured). Below
+// each combine's row with launch timings: a "gather:" and a "combine:" line, each launch's median
+// over the steps of the slowest rank, (own: of the fastest rank, alone: the same collective timed
+// alone); after the rows, one "alone:" line per collective timed alone.
 void print_rows(const Measured& m, const Measured* baseline);
 
 nlohmann::json to_json(const Measured& m, const Measured* baseline);

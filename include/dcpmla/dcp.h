@@ -41,6 +41,31 @@ class DcpWorkspace {
 enum class DcpStepPoint { begin, query_gathered, decoded, combined };
 const char* to_string(DcpStepPoint p);
 
+// The operations inside the query-gather and combine phases of a step with W >= 2, in the order
+// a step enqueues them (nccl_*: one collective of the communicator; kernel_*: one backend call,
+// one kernel on the CUDA backend). No layout kernel precedes the query all-gather: this rank's
+// query is sent as it is.
+//   query gather: nccl_all_gather_q, kernel_unpack_q
+//   ag_rs:        nccl_all_gather_lse, kernel_rescale, nccl_reduce_scatter_o, kernel_convert_o
+//   a2a:          kernel_pack, nccl_all_to_all, kernel_merge
+enum class DcpLaunch {
+  nccl_all_gather_q,      // the query [N, Hl, 576] from every rank -> [W, N, Hl, 576]
+  kernel_unpack_q,        // [W, N, Hl, 576] -> [N, W*Hl, 576]
+  nccl_all_gather_lse,    // ag_rs: the partial LSE [N, H] f32 from every rank
+  kernel_rescale,         // ag_rs: scale O by exp(lse_r - lse), write this rank's final LSE
+  nccl_reduce_scatter_o,  // ag_rs: sum of the rescaled O over ranks, this rank's heads, f32
+  kernel_convert_o,       // ag_rs: the summed f32 O to the output's dtype
+  kernel_pack,            // a2a: (O, LSE) rows per destination rank, in the payload's dtype
+  nccl_all_to_all,        // a2a: the packed rows, one chunk per peer
+  kernel_merge,           // a2a: the LSE merge of the W received partials into out and lse
+};
+const char* to_string(DcpLaunch l);
+// The phase a launch belongs to: DcpStepPoint::query_gathered (it ends the phase of the query
+// gather) or DcpStepPoint::combined.
+DcpStepPoint phase_of(DcpLaunch l);
+// True for the nccl_* launches.
+bool is_collective(DcpLaunch l);
+
 // Optional observer of a step's phases (benchmarks): mark() runs on the calling thread, in
 // stream order between the step's operations, so a CUDA implementation can record an event on
 // the stream there. Must not synchronise if the step is to stay capturable.
@@ -48,6 +73,13 @@ class DcpStepTimer {
  public:
   virtual ~DcpStepTimer() = default;
   virtual void mark(DcpStepPoint point, Stream s) = 0;
+  // Finer marks, called right after each launch of the query gather and the combine is enqueued
+  // (W >= 2 only): the launch's time runs from the step's previous mark (a point or a launch) to
+  // this one. The default ignores them, so a timer of the four points alone need not know them.
+  virtual void mark_launch(DcpLaunch launch, Stream s) {
+    (void)launch;
+    (void)s;
+  }
 };
 
 struct DcpStepArgs {
@@ -63,7 +95,9 @@ struct DcpStepArgs {
   // a2a: the payload of the all-to-all, f32 or bf16 (half the bytes: O is rounded to bf16 before
   // the fp32 merge; the LSE stays fp32). ag_rs sums in its collective and takes f32 only.
   DType combine_payload = DType::f32;
-  DcpStepTimer* timer = nullptr;  // optional; nullptr costs one branch per phase
+  // Optional; nullptr costs one branch per phase and launch. A timer records events between the
+  // step's launches, which is meant for stream-ordered benchmark steps, not for graph capture.
+  DcpStepTimer* timer = nullptr;
 };
 
 // Runs on every rank of comm's group, in the same order. Everything is validated before any

@@ -29,6 +29,41 @@ const char* to_string(DcpStepPoint p) {
   return "unknown";
 }
 
+const char* to_string(DcpLaunch l) {
+  switch (l) {
+    case DcpLaunch::nccl_all_gather_q:
+      return "nccl_all_gather_q";
+    case DcpLaunch::kernel_unpack_q:
+      return "kernel_unpack_q";
+    case DcpLaunch::nccl_all_gather_lse:
+      return "nccl_all_gather_lse";
+    case DcpLaunch::kernel_rescale:
+      return "kernel_rescale";
+    case DcpLaunch::nccl_reduce_scatter_o:
+      return "nccl_reduce_scatter_o";
+    case DcpLaunch::kernel_convert_o:
+      return "kernel_convert_o";
+    case DcpLaunch::kernel_pack:
+      return "kernel_pack";
+    case DcpLaunch::nccl_all_to_all:
+      return "nccl_all_to_all";
+    case DcpLaunch::kernel_merge:
+      return "kernel_merge";
+  }
+  return "unknown";
+}
+
+DcpStepPoint phase_of(DcpLaunch l) {
+  return l == DcpLaunch::nccl_all_gather_q || l == DcpLaunch::kernel_unpack_q
+             ? DcpStepPoint::query_gathered
+             : DcpStepPoint::combined;
+}
+
+bool is_collective(DcpLaunch l) {
+  return l == DcpLaunch::nccl_all_gather_q || l == DcpLaunch::nccl_all_gather_lse ||
+         l == DcpLaunch::nccl_reduce_scatter_o || l == DcpLaunch::nccl_all_to_all;
+}
+
 DcpWorkspace::DcpWorkspace(Backend& backend, int world_, std::int64_t max_rows_,
                            int heads_per_rank_, DType q_dtype_, std::size_t decode_bytes)
     : world(world_), max_rows(max_rows_), heads_per_rank(heads_per_rank_), q_dtype(q_dtype_) {
@@ -102,6 +137,9 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
   auto mark = [&](DcpStepPoint point) {
     if (a.timer) a.timer->mark(point, s);
   };
+  auto launched = [&](DcpLaunch launch) {
+    if (a.timer) a.timer->mark_launch(launch, s);
+  };
   mark(DcpStepPoint::begin);
   if (W == 1) {
     // No DCP: the local query is the whole query and the local result the final one (a merge of
@@ -117,7 +155,9 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
     return;
   }
   comm.all_gather(a.q_local.data, gathered.data, std::size_t(N * Hl * kHeadDim), qt, s);
+  launched(DcpLaunch::nccl_all_gather_q);
   backend.unpack_query({gathered, q}, s);
+  launched(DcpLaunch::kernel_unpack_q);
   mark(DcpStepPoint::query_gathered);
   backend.decode(decode, s);
   mark(DcpStepPoint::decoded);
@@ -127,10 +167,14 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
     const TensorRef send = ws.send_out.tensor(DType::f32, {W, N, Hl, kLatentDim});
     const TensorRef summed = ws.recv_out.tensor(DType::f32, {N, Hl, kLatentDim});
     comm.all_gather(partial_lse.data, all_lse.data, std::size_t(N * H), DType::f32, s);
+    launched(DcpLaunch::nccl_all_gather_lse);
     backend.combine_rescale({W, sh.rank, all_lse, partial_out, send, a.lse}, s);
+    launched(DcpLaunch::kernel_rescale);
     comm.reduce_scatter_sum(send.as<const float>(), summed.as<float>(),
                             std::size_t(N * Hl * kLatentDim), s);
+    launched(DcpLaunch::nccl_reduce_scatter_o);
     backend.convert({summed, a.out}, s);
+    launched(DcpLaunch::kernel_convert_o);
   } else {
     const DType pt = a.combine_payload;
     const std::int64_t row = packed_row(pt);
@@ -138,8 +182,11 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
     const TensorRef send = ws.send_out.tensor(pt, {W, N, Hl, row});
     const TensorRef recv = ws.recv_out.tensor(pt, {W, N, Hl, row});
     backend.combine_pack({W, partial_out, partial_lse, send}, s);
+    launched(DcpLaunch::kernel_pack);
     comm.all_to_all(send.data, recv.data, std::size_t(N * Hl * row), pt, s);
+    launched(DcpLaunch::nccl_all_to_all);
     backend.combine_merge({recv, a.out, a.lse}, s);
+    launched(DcpLaunch::kernel_merge);
   }
   mark(DcpStepPoint::combined);
 }

@@ -279,5 +279,54 @@ TEST(DcpStep, TimerSeesEveryPhaseInOrderAndChangesNothing) {
   }
 }
 
+// The finer launch marks come between the points, in the order the step enqueues its launches,
+// each collective's mark right after that collective; a W = 1 step has none.
+TEST(DcpStep, TimerSeesEveryLaunchOfTheGatherAndTheCombineInOrder) {
+  struct Recorder final : DcpStepTimer {
+    std::vector<std::string> marks;
+    void mark(DcpStepPoint p, Stream) override { marks.push_back(to_string(p)); }
+    void mark_launch(DcpLaunch l, Stream s) override {
+      EXPECT_EQ(s, nullptr);
+      marks.push_back(to_string(l));
+    }
+  };
+  const std::vector<std::string> ag_rs = {"begin",
+                                          "nccl_all_gather_q",
+                                          "kernel_unpack_q",
+                                          "query_gathered",
+                                          "decoded",
+                                          "nccl_all_gather_lse",
+                                          "kernel_rescale",
+                                          "nccl_reduce_scatter_o",
+                                          "kernel_convert_o",
+                                          "combined"};
+  const std::vector<std::string> a2a = {"begin",           "nccl_all_gather_q", "kernel_unpack_q",
+                                        "query_gathered",  "decoded",           "kernel_pack",
+                                        "nccl_all_to_all", "kernel_merge",      "combined"};
+  const auto sc2 = custom_scenario(spec_for(2, 4, 51), {8, 1}, {100, 40});
+  for (Combine c : {Combine::ag_rs, Combine::a2a}) {
+    Recorder r0, r1;
+    run_steps({sc2}, c, {}, DType::f32, 16, 1 << 20, {&r0, &r1});
+    EXPECT_EQ(r0.marks, c == Combine::ag_rs ? ag_rs : a2a) << to_string(c);
+    EXPECT_EQ(r1.marks, r0.marks) << to_string(c);
+    for (const std::string& m : r0.marks) {
+      for (DcpLaunch l : {DcpLaunch::nccl_all_gather_q, DcpLaunch::nccl_all_gather_lse,
+                          DcpLaunch::nccl_reduce_scatter_o, DcpLaunch::nccl_all_to_all}) {
+        if (m == to_string(l)) {
+          EXPECT_TRUE(is_collective(l)) << m;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(phase_of(DcpLaunch::kernel_unpack_q), DcpStepPoint::query_gathered);
+  EXPECT_EQ(phase_of(DcpLaunch::nccl_all_gather_lse), DcpStepPoint::combined);
+  EXPECT_FALSE(is_collective(DcpLaunch::kernel_merge));
+  Recorder one;
+  run_steps({custom_scenario(spec_for(1, 4, 52), {8, 1}, {100, 40})}, Combine::a2a, {}, DType::f32,
+            16, 1 << 20, {&one});
+  const std::vector<std::string> points = {"begin", "query_gathered", "decoded", "combined"};
+  EXPECT_EQ(one.marks, points);
+}
+
 }  // namespace
 }  // namespace dcpmla
