@@ -46,10 +46,11 @@ using namespace tc;
 
 constexpr int kThreads = 256;
 // Named barriers (one warpgroup arrives, the other waits), once per round each.
-constexpr int kPAReady = 1;  // warpgroup 0 -> 1: P_A in buffer 0's chunk 8, m_A and s_A
-constexpr int kPBReady = 2;  // warpgroup 1 -> 0: P_B in buffer 1's chunk 8, m_B and s_B
-constexpr int kLoaded = 3;   // kLoaded + wg: the warpgroup's threads' copies have landed
-constexpr int kSADone = 5;   // warpgroup 0 -> 1: S_A is done (Stagger: S_B is issued after it)
+constexpr int kPAReady = 1;   // warpgroup 0 -> 1: P_A in buffer 0's chunk 8, m_A and s_A
+constexpr int kPBReady = 2;   // warpgroup 1 -> 0: P_B in buffer 1's chunk 8, m_B and s_B
+constexpr int kLoaded = 3;    // kLoaded + wg: the warpgroup's threads' copies have landed
+constexpr int kSADone = 5;    // warpgroup 0 -> 1: S_A is done (order 1: S_B is issued after it)
+constexpr int kPA2Ready = 6;  // warpgroup 0 -> 1 (order 2): P_A rescaled to m_B in chunk 8
 
 // Per-row values the warpgroups hand over, each array twice (by round parity): a slot is written
 // again two rounds later, after its reader has passed a barrier wait of the round between.
@@ -90,11 +91,10 @@ __device__ __forceinline__ void mask_and_max(float (&s)[32], int t0, const int (
   }
 }
 
-// P = 2^(S scale_log2 - m) and its row sums, as bf16 pairs in the register layout of a wgmma A
-// operand: a[2 j + r] holds row r's keys 8 j + 2 quad + {0, 1}.
-__device__ __forceinline__ void exponentiate(const float (&s)[32], float scale_log2,
-                                             const float (&m)[2], std::uint32_t (&a)[16],
-                                             float (&sum)[2]) {
+// P = 2^(S scale_log2 - m) in place (fp32) and its row sums, and as bf16 pairs in the register
+// layout of a wgmma A operand: a[2 j + r] holds row r's keys 8 j + 2 quad + {0, 1}.
+__device__ __forceinline__ void exponentiate(float (&s)[32], float scale_log2, const float (&m)[2],
+                                             std::uint32_t (&a)[16], float (&sum)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float m_use = m[r] == -INFINITY ? 0.0f : m[r];  // masked scores stay -inf: 2^-inf = 0
@@ -103,6 +103,8 @@ __device__ __forceinline__ void exponentiate(const float (&s)[32], float scale_l
     for (int j = 0; j < 8; ++j) {
       const float p0 = fast_exp2(fmaf(s[4 * j + 2 * r], scale_log2, -m_use));
       const float p1 = fast_exp2(fmaf(s[4 * j + 2 * r + 1], scale_log2, -m_use));
+      s[4 * j + 2 * r] = p0;
+      s[4 * j + 2 * r + 1] = p1;
       sum[r] += p0 + p1;
       a[2 * j + r] = pack_bf16x2(p0, p1);
     }
@@ -118,6 +120,20 @@ __device__ __forceinline__ void store_p(std::uint32_t chunk, const int (&rows)[2
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       st_shared4(chunk + hopper::swizzled_offset(rows[r], j) + 4 * quad, a[2 * j + r]);
+    }
+  }
+}
+
+// P (fp32, as exponentiate leaves it) times the row factors f, into a swizzled 64 x 64 bf16
+// chunk.
+__device__ __forceinline__ void store_p_scaled(std::uint32_t chunk, const int (&rows)[2], int quad,
+                                               const float (&pf)[32], const float (&f)[2]) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      st_shared4(chunk + hopper::swizzled_offset(rows[r], j) + 4 * quad,
+                 pack_bf16x2(pf[4 * j + 2 * r] * f[r], pf[4 * j + 2 * r + 1] * f[r]));
     }
   }
 }
@@ -165,12 +181,15 @@ __device__ __forceinline__ void pin_operand(std::uint32_t (&a)[16]) {
   for (int i = 0; i < 16; ++i) asm volatile("" : "+r"(a[i])::"memory");
 }
 
-// Stagger: warpgroup 1 issues S_B only once S_A is done, so that the softmax of S_A runs beside
-// S_B instead of after both.
+// Order 0: as drawn above. Order 1: the same, with S_B issued only once S_A is done (the softmax
+// of S_A beside S_B instead of after both). Order 2 (the order of FlashMLA's deep-dive): warpgroup
+// 1 multiplies its own P_B into V_B,R first and P_A into V_A,R last, with P_A rescaled to m_B by
+// warpgroup 0; so each buffer has half of its chunks free in the middle of the round (buffer 0's
+// 0-3 after P_A V_A,L, buffer 1's 4-7 after P_B V_B,R), and each S starts on those.
 // Diag (timing diagnostics, wrong results; 0 in every real build): bit 0 no refills (tiles 0
 // and 1 are reused), bit 1 no P.V MMAs, bit 2 no S MMAs, bit 3 P.V from shared memory in both
 // warpgroups.
-template <bool Bulk, bool Stagger, int Diag = 0>
+template <bool Bulk, int Order, int Diag = 0>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_seesaw_kernel(const __grid_constant__ DecodeParams p) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -231,8 +250,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   float m[2] = {-INFINITY, -INFINITY};  // running max of score * scale_log2
   float l[2] = {0.0f, 0.0f};            // this thread's share of its warpgroup's exp-sum
 
-  // S of the tile in buffer wg (this warpgroup's): chunks 0-3 (warpgroup 0's loads) as soon as
-  // they have landed, then 4-8.
+  // S of the tile in buffer wg (this warpgroup's): the four chunks of the loads that come first
+  // (order 2: this warpgroup's own, 4 wg .. 4 wg + 3; else 0-3) as soon as they have landed, then
+  // the other four and chunk 8.
+  const int first_group = Order == 2 ? wg : 0;
   auto scores = [&](float(&s)[32], std::uint32_t parity) {
     const bool wait = !(Diag & 1) || parity == 0;  // (no refills: only tiles 0 and 1 land)
     if constexpr ((Diag & 4) != 0) {
@@ -243,11 +264,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       return;
     }
     const std::uint64_t desc_k = hopper::smem_descriptor(buffer(wg), 16, 1024);
+    const std::uint32_t group_off[3] = {std::uint32_t(first_group) * 4 * kChunkBytes,
+                                        std::uint32_t(1 - first_group) * 4 * kChunkBytes,
+                                        8 * kChunkBytes};
     auto step = [&](int ks) {
-      const std::uint32_t off = ((ks >> 2) * kChunkBytes + (ks & 3) * 32) >> 4;
+      const std::uint32_t off =
+          (group_off[ks >> 4] + ((ks >> 2) & 3) * kChunkBytes + (ks & 3) * 32) >> 4;
       hopper::wgmma_m64n64k16_ss(s, desc_q + off, desc_k + off, ks > 0);
     };
-    if (wait) hopper::mbarrier_wait(bar(wg, 0), parity);
+    if (wait) hopper::mbarrier_wait(bar(wg, first_group), parity);
     hopper::fence_proxy_async_shared();
     hopper::wgmma_fence();
 #pragma unroll
@@ -255,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // A commit group and a fence around the wait: a spin loop between wgmmas of one chain
     // otherwise makes ptxas serialise them (C7520).
     hopper::wgmma_commit();
-    if (wait) hopper::mbarrier_wait(bar(wg, 1), parity);
+    if (wait) hopper::mbarrier_wait(bar(wg, 1 - first_group), parity);
     hopper::fence_proxy_async_shared();
     hopper::wgmma_fence();
 #pragma unroll
@@ -272,15 +297,97 @@ __global__ void __launch_bounds__(kThreads, 1)
     const std::int64_t next_a = entry(2 * j + 2), next_b = entry(2 * j + 3);
     float s[32];
     float mx[2] = {-INFINITY, -INFINITY};
-    if (Stagger && wg == 1) named_barrier_sync(kSADone, kThreads);
+    constexpr bool kStagger = Order == 1;
+    if (kStagger && wg == 1) named_barrier_sync(kSADone, kThreads);
     if (own < n) {
       scores(s, std::uint32_t(j & 1));
-      if (Stagger && wg == 0) named_barrier_arrive(kSADone, kThreads);
+      if (kStagger && wg == 0) named_barrier_arrive(kSADone, kThreads);
       mask_and_max(s, tile.kv_begin + own * kKeys, lim, quad, mx);
     }
     std::uint32_t a[16];
     float sum[2] = {0.0f, 0.0f};
-    if (wg == 0) {
+    if constexpr (Order == 2) {
+      if (wg == 0) {
+        float s_a[2], s_b[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float m_a = fmaxf(m[r], mx[r] * scale_log2);
+          s_a[r] = m_a == -INFINITY ? 1.0f : fast_exp2(m[r] - m_a);
+          m[r] = m_a;
+          if (quad == 0) {
+            exchanged(kMA, rows[r], j) = m_a;
+            exchanged(kSA, rows[r], j) = s_a[r];
+          }
+        }
+        named_barrier_arrive(kPAReady, kThreads);
+        exponentiate(s, scale_log2, m, a, sum);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) l[r] = l[r] * s_a[r] + sum[r];
+        rescale(o, s_a[0], s_a[1]);
+        if constexpr ((Diag & 2) == 0) pv_from_registers(o, a, buffer(0));
+        named_barrier_sync(kPBReady, kThreads);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          s_b[r] = exchanged(kSB, rows[r], j);
+          m[r] = exchanged(kMB, rows[r], j);
+          l[r] *= s_b[r];
+        }
+        store_p_scaled(buffer(0) + 8 * kChunkBytes, rows, quad, s, s_b);  // S_A is done with it
+        hopper::fence_proxy_async_shared();
+        named_barrier_arrive(kPA2Ready, kThreads);
+        hopper::wgmma_wait<0>();
+        hopper::pin_registers(o);
+        pin_operand(a);
+        if (!(Diag & 1) && 2 * j + 2 < n) load_tile(2 * j + 2, next_a);
+        if (has_b) {
+          rescale(o, s_b[0], s_b[1]);
+          if constexpr ((Diag & 2) == 0) pv_from_shared(o, buffer(1) + 8 * kChunkBytes, buffer(1));
+          hopper::wgmma_wait<0>();
+          hopper::pin_registers(o);
+          if (!(Diag & 1) && 2 * j + 3 < n) load_tile(2 * j + 3, next_b);
+        }
+      } else {
+        named_barrier_sync(kPAReady, kThreads);
+        float f[2], s_b[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float m_a = exchanged(kMA, rows[r], j);
+          const float m_b = fmaxf(m_a, mx[r] * scale_log2);
+          s_b[r] = m_b == -INFINITY ? 1.0f : fast_exp2(m_a - m_b);
+          f[r] = exchanged(kSA, rows[r], j) * s_b[r];
+          m[r] = m_b;
+        }
+        if (has_b) {
+          exponentiate(s, scale_log2, m, a, sum);
+          store_p(buffer(1) + 8 * kChunkBytes, rows, quad, a);  // S_B is done with chunk 8
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          if (quad == 0) {
+            exchanged(kMB, rows[r], j) = m[r];
+            exchanged(kSB, rows[r], j) = s_b[r];
+          }
+          l[r] = l[r] * f[r] + sum[r];
+        }
+        hopper::fence_proxy_async_shared();
+        named_barrier_arrive(kPBReady, kThreads);
+        rescale(o, f[0], f[1]);
+        if (has_b) {
+          if constexpr ((Diag & 2) == 0) pv_from_registers(o, a, buffer(1) + 4 * kChunkBytes);
+          hopper::wgmma_wait<0>();
+          hopper::pin_registers(o);
+          pin_operand(a);
+          if (!(Diag & 1) && 2 * j + 3 < n) load_tile(2 * j + 3, next_b);
+        }
+        named_barrier_sync(kPA2Ready, kThreads);
+        if constexpr ((Diag & 2) == 0) {
+          pv_from_shared(o, buffer(0) + 8 * kChunkBytes, buffer(0) + 4 * kChunkBytes);
+        }
+        hopper::wgmma_wait<0>();
+        hopper::pin_registers(o);
+        if (!(Diag & 1) && 2 * j + 2 < n) load_tile(2 * j + 2, next_a);
+      }
+    } else if (wg == 0) {
       float s_a[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {

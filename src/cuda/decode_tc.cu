@@ -46,29 +46,30 @@ void encode_kv_map(DecodeParams& p) {
           std::to_string(int(r)));
 }
 
-// Which kernel decodes bf16 caches: v3 (three warpgroups, decode_ws_kernel.cuh) unless
-// DCPMLA_DECODE_KERNEL=seesaw selects v6 (decode_seesaw_kernel.cuh), for A/B runs in one build.
-// DCPMLA_DECODE_KERNEL=seesaw-stagger: v6 with its S_B issued once S_A is done.
-int seesaw_choice() {
-  static const int choice = [] {
+// Which kernel decodes bf16 caches, for A/B runs in one build: v3 (three warpgroups,
+// decode_ws_kernel.cuh) unless DCPMLA_DECODE_KERNEL names a v6 order (decode_seesaw_kernel.cuh):
+// seesaw (order 0), seesaw-stagger (1), seesaw-late (2). -1: v3.
+int seesaw_order() {
+  static const int order = [] {
     const char* v = std::getenv("DCPMLA_DECODE_KERNEL");
-    if (v == nullptr) return 0;
-    if (std::strcmp(v, "seesaw") == 0) return 1;
-    if (std::strcmp(v, "seesaw-stagger") == 0) return 2;
-    return 0;
+    if (v == nullptr) return -1;
+    if (std::strcmp(v, "seesaw") == 0) return 0;
+    if (std::strcmp(v, "seesaw-stagger") == 0) return 1;
+    if (std::strcmp(v, "seesaw-late") == 0) return 2;
+    return -1;
   }();
-  return choice;
+  return order;
 }
 
-template <bool Stagger, int Diag = 0>
+template <int Order, int Diag = 0>
 void launch_seesaw_bulk(DecodeParams& p, unsigned blocks, cudaStream_t s) {
-  launch_with_shared_memory<seesaw::decode_seesaw_kernel<true, Stagger, Diag>>(
+  launch_with_shared_memory<seesaw::decode_seesaw_kernel<true, Order, Diag>>(
       blocks, seesaw::kThreads, seesaw::kSmemBytes, p, s, "decode_seesaw_kernel<<<>>>");
 }
 
 // Timing diagnostics of the seesaw kernel (DCPMLA_SEESAW_DIAG=<bits>, see the kernel), built
 // only with -DDCPMLA_SEESAW_DIAG.
-template <bool Stagger>
+template <int Order>
 void launch_seesaw_diag(DecodeParams& p, unsigned blocks, cudaStream_t s) {
 #ifdef DCPMLA_SEESAW_DIAG
   static const int diag = [] {
@@ -77,33 +78,33 @@ void launch_seesaw_diag(DecodeParams& p, unsigned blocks, cudaStream_t s) {
   }();
   switch (diag) {
     case 1:
-      return launch_seesaw_bulk<Stagger, 1>(p, blocks, s);
+      return launch_seesaw_bulk<Order, 1>(p, blocks, s);
     case 2:
-      return launch_seesaw_bulk<Stagger, 2>(p, blocks, s);
+      return launch_seesaw_bulk<Order, 2>(p, blocks, s);
     case 3:
-      return launch_seesaw_bulk<Stagger, 3>(p, blocks, s);
+      return launch_seesaw_bulk<Order, 3>(p, blocks, s);
     case 4:
-      return launch_seesaw_bulk<Stagger, 4>(p, blocks, s);
+      return launch_seesaw_bulk<Order, 4>(p, blocks, s);
     case 5:
-      return launch_seesaw_bulk<Stagger, 5>(p, blocks, s);
+      return launch_seesaw_bulk<Order, 5>(p, blocks, s);
     case 8:
-      return launch_seesaw_bulk<Stagger, 8>(p, blocks, s);
+      return launch_seesaw_bulk<Order, 8>(p, blocks, s);
     case 9:
-      return launch_seesaw_bulk<Stagger, 9>(p, blocks, s);
+      return launch_seesaw_bulk<Order, 9>(p, blocks, s);
     default:
       break;
   }
 #endif
-  launch_seesaw_bulk<Stagger>(p, blocks, s);
+  launch_seesaw_bulk<Order>(p, blocks, s);
 }
 
-template <bool Stagger>
+template <int Order>
 void launch_seesaw(DecodeParams& p, unsigned blocks, cudaStream_t s) {
   if (bulk_copies_fit(p.block_size)) {
     encode_kv_map(p);
-    launch_seesaw_diag<Stagger>(p, blocks, s);
+    launch_seesaw_diag<Order>(p, blocks, s);
   } else {
-    launch_with_shared_memory<seesaw::decode_seesaw_kernel<false, Stagger>>(
+    launch_with_shared_memory<seesaw::decode_seesaw_kernel<false, Order>>(
         blocks, seesaw::kThreads, seesaw::kSmemBytes, p, s, "decode_seesaw_kernel<<<>>>");
   }
 }
@@ -119,11 +120,17 @@ void launch_decode_tc(const DecodeParams& params, DType cache_dtype, std::int64_
   if (num_tiles <= 0) return;
   DecodeParams p = params;
   const unsigned blocks = unsigned(num_tiles);
-  if (cache_dtype == DType::bf16 && seesaw_choice() != 0) {
-    if (seesaw_choice() == 2) {
-      launch_seesaw<true>(p, blocks, s);
-    } else {
-      launch_seesaw<false>(p, blocks, s);
+  if (cache_dtype == DType::bf16 && seesaw_order() >= 0) {
+    switch (seesaw_order()) {
+      case 0:
+        launch_seesaw<0>(p, blocks, s);
+        break;
+      case 1:
+        launch_seesaw<1>(p, blocks, s);
+        break;
+      default:
+        launch_seesaw<2>(p, blocks, s);
+        break;
     }
   } else if (cache_dtype == DType::bf16 && bulk_copies_fit(p.block_size)) {
     encode_kv_map(p);
