@@ -226,6 +226,33 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto entry = [&](int index) {
     return index < n ? ld[0].entry(p, tile, tile.kv_begin + index * kKeys) : kEntryNone;
   };
+  // What a later load of tile `index` needs from global memory, read a round ahead: the cache
+  // row of the thread's token (threads' copies) or the boxes' rows (bulk copies, the issuing
+  // thread). Read at the load, the issuing thread's block-table latency stalled its warp and with
+  // it the warpgroup's next wgmma.
+  struct Ahead {
+    std::int64_t e;
+    typename Loader::BoxRows rows;
+  };
+  auto bulk = [&](int index) { return Loader::template bulk<Bulk>(p, tile, index); };
+  auto read_ahead = [&](int index) {
+    Ahead a{kEntryNone, {}};
+    if (index >= n) return a;
+    if (!bulk(index)) {
+      a.e = entry(index);
+    } else if (wt == 0) {
+      a.rows = Loader::box_rows(p, tile, tile.kv_begin + index * kKeys);
+    }
+    return a;
+  };
+  auto load_ahead = [&](int index, const Ahead& a) {
+    const int b = index & 1;
+    if (!bulk(index)) {
+      ld[b].issue(p, a.e, buffer(b), bar(b, wg));
+    } else if (wt == 0) {
+      ld[b].issue_bulk(p, a.rows, buffer(b), bar(b, wg));
+    }
+  };
 
   if (tid == 0) {
     for (int i = 0; i < 4; ++i) hopper::mbarrier_init(s_bars + 8u * i, 1);
@@ -293,8 +320,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int j = 0; 2 * j < n; ++j) {
     const int own = 2 * j + wg;  // the tile whose S this warpgroup computes (in buffer wg)
     const bool has_b = 2 * j + 1 < n;
-    // The cache rows of the next round's tiles (global loads the threads' copies depend on).
-    const std::int64_t next_a = entry(2 * j + 2), next_b = entry(2 * j + 3);
+    const Ahead next_a = read_ahead(2 * j + 2), next_b = read_ahead(2 * j + 3);
     float s[32];
     float mx[2] = {-INFINITY, -INFINITY};
     constexpr bool kStagger = Order == 1;
@@ -338,13 +364,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         hopper::wgmma_wait<0>();
         hopper::pin_registers(o);
         pin_operand(a);
-        if (!(Diag & 1) && 2 * j + 2 < n) load_tile(2 * j + 2, next_a);
+        if (!(Diag & 1) && 2 * j + 2 < n) load_ahead(2 * j + 2, next_a);
         if (has_b) {
           rescale(o, s_b[0], s_b[1]);
           if constexpr ((Diag & 2) == 0) pv_from_shared(o, buffer(1) + 8 * kChunkBytes, buffer(1));
           hopper::wgmma_wait<0>();
           hopper::pin_registers(o);
-          if (!(Diag & 1) && 2 * j + 3 < n) load_tile(2 * j + 3, next_b);
+          if (!(Diag & 1) && 2 * j + 3 < n) load_ahead(2 * j + 3, next_b);
         }
       } else {
         named_barrier_sync(kPAReady, kThreads);
@@ -377,7 +403,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           hopper::wgmma_wait<0>();
           hopper::pin_registers(o);
           pin_operand(a);
-          if (!(Diag & 1) && 2 * j + 3 < n) load_tile(2 * j + 3, next_b);
+          if (!(Diag & 1) && 2 * j + 3 < n) load_ahead(2 * j + 3, next_b);
         }
         named_barrier_sync(kPA2Ready, kThreads);
         if constexpr ((Diag & 2) == 0) {
@@ -385,7 +411,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         hopper::wgmma_wait<0>();
         hopper::pin_registers(o);
-        if (!(Diag & 1) && 2 * j + 2 < n) load_tile(2 * j + 2, next_a);
+        if (!(Diag & 1) && 2 * j + 2 < n) load_ahead(2 * j + 2, next_a);
       }
     } else if (wg == 0) {
       float s_a[2];
@@ -414,7 +440,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       hopper::wgmma_wait<0>();
       hopper::pin_registers(o);
       pin_operand(a);
-      if (!(Diag & 1) && 2 * j + 2 < n) load_tile(2 * j + 2, next_a);
+      if (!(Diag & 1) && 2 * j + 2 < n) load_ahead(2 * j + 2, next_a);
 
       named_barrier_sync(kPBReady, kThreads);
       float s_b[2];
@@ -430,7 +456,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if constexpr ((Diag & 2) == 0) pv_from_shared(o, buffer(1) + 8 * kChunkBytes, buffer(1));
         hopper::wgmma_wait<0>();
         hopper::pin_registers(o);
-        if (!(Diag & 1) && 2 * j + 3 < n) load_tile(2 * j + 3, next_b);
+        if (!(Diag & 1) && 2 * j + 3 < n) load_ahead(2 * j + 3, next_b);
       }
     } else {
       named_barrier_sync(kPAReady, kThreads);
@@ -465,7 +491,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       named_barrier_arrive(kPBReady, kThreads);
       hopper::wgmma_wait<0>();
       hopper::pin_registers(o);
-      if (!(Diag & 1) && 2 * j + 2 < n) load_tile(2 * j + 2, next_a);
+      if (!(Diag & 1) && 2 * j + 2 < n) load_ahead(2 * j + 2, next_a);
       if (has_b) {
         rescale(o, s_b[0], s_b[1]);
         if constexpr ((Diag & 8) != 0) {
@@ -476,7 +502,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         hopper::wgmma_wait<0>();
         hopper::pin_registers(o);
         pin_operand(a);
-        if (!(Diag & 1) && 2 * j + 3 < n) load_tile(2 * j + 3, next_b);
+        if (!(Diag & 1) && 2 * j + 3 < n) load_ahead(2 * j + 3, next_b);
       }
     }
   }
