@@ -2,11 +2,7 @@
 // cache for its bulk tensor copies (bf16 caches whose block size is 16, 32 or a multiple of 64).
 #include <cudaTypedefs.h>
 
-#include <cstdlib>
-#include <cstring>
-
 #include "check.h"
-#include "decode_seesaw_kernel.cuh"
 #include "decode_ws_kernel.cuh"
 #include "launch_config.h"
 
@@ -46,69 +42,6 @@ void encode_kv_map(DecodeParams& p) {
           std::to_string(int(r)));
 }
 
-// Which kernel decodes bf16 caches, for A/B runs in one build: v3 (three warpgroups,
-// decode_ws_kernel.cuh) unless DCPMLA_DECODE_KERNEL names a v6 order (decode_seesaw_kernel.cuh):
-// seesaw (order 0), seesaw-stagger (1), seesaw-late (2). -1: v3.
-int seesaw_order() {
-  static const int order = [] {
-    const char* v = std::getenv("DCPMLA_DECODE_KERNEL");
-    if (v == nullptr) return -1;
-    if (std::strcmp(v, "seesaw") == 0) return 0;
-    if (std::strcmp(v, "seesaw-stagger") == 0) return 1;
-    if (std::strcmp(v, "seesaw-late") == 0) return 2;
-    return -1;
-  }();
-  return order;
-}
-
-template <int Order, int Diag = 0>
-void launch_seesaw_bulk(DecodeParams& p, unsigned blocks, cudaStream_t s) {
-  launch_with_shared_memory<seesaw::decode_seesaw_kernel<true, Order, Diag>>(
-      blocks, seesaw::kThreads, seesaw::kSmemBytes, p, s, "decode_seesaw_kernel<<<>>>");
-}
-
-// Timing diagnostics of the seesaw kernel (DCPMLA_SEESAW_DIAG=<bits>, see the kernel), built
-// only with -DDCPMLA_SEESAW_DIAG.
-template <int Order>
-void launch_seesaw_diag(DecodeParams& p, unsigned blocks, cudaStream_t s) {
-#ifdef DCPMLA_SEESAW_DIAG
-  static const int diag = [] {
-    const char* v = std::getenv("DCPMLA_SEESAW_DIAG");
-    return v != nullptr ? std::atoi(v) : 0;
-  }();
-  switch (diag) {
-    case 1:
-      return launch_seesaw_bulk<Order, 1>(p, blocks, s);
-    case 2:
-      return launch_seesaw_bulk<Order, 2>(p, blocks, s);
-    case 3:
-      return launch_seesaw_bulk<Order, 3>(p, blocks, s);
-    case 4:
-      return launch_seesaw_bulk<Order, 4>(p, blocks, s);
-    case 5:
-      return launch_seesaw_bulk<Order, 5>(p, blocks, s);
-    case 8:
-      return launch_seesaw_bulk<Order, 8>(p, blocks, s);
-    case 9:
-      return launch_seesaw_bulk<Order, 9>(p, blocks, s);
-    default:
-      break;
-  }
-#endif
-  launch_seesaw_bulk<Order>(p, blocks, s);
-}
-
-template <int Order>
-void launch_seesaw(DecodeParams& p, unsigned blocks, cudaStream_t s) {
-  if (bulk_copies_fit(p.block_size)) {
-    encode_kv_map(p);
-    launch_seesaw_diag<Order>(p, blocks, s);
-  } else {
-    launch_with_shared_memory<seesaw::decode_seesaw_kernel<false, Order>>(
-        blocks, seesaw::kThreads, seesaw::kSmemBytes, p, s, "decode_seesaw_kernel<<<>>>");
-  }
-}
-
 }  // namespace
 
 bool tensor_core_decode_supports(DType q_dtype, DType cache_dtype) {
@@ -120,19 +53,7 @@ void launch_decode_tc(const DecodeParams& params, DType cache_dtype, std::int64_
   if (num_tiles <= 0) return;
   DecodeParams p = params;
   const unsigned blocks = unsigned(num_tiles);
-  if (cache_dtype == DType::bf16 && seesaw_order() >= 0) {
-    switch (seesaw_order()) {
-      case 0:
-        launch_seesaw<0>(p, blocks, s);
-        break;
-      case 1:
-        launch_seesaw<1>(p, blocks, s);
-        break;
-      default:
-        launch_seesaw<2>(p, blocks, s);
-        break;
-    }
-  } else if (cache_dtype == DType::bf16 && bulk_copies_fit(p.block_size)) {
+  if (cache_dtype == DType::bf16 && bulk_copies_fit(p.block_size)) {
     encode_kv_map(p);
     launch_with_shared_memory<ws::decode_ws_kernel<tc::Cache::bf16, true>>(
         blocks, ws::kThreads, ws::kSmemBytes, p, s, "decode_ws_kernel<<<>>>");

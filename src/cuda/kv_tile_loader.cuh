@@ -32,37 +32,26 @@ constexpr std::uint32_t kStagedFp8 = kChunkBytes / 2;
 // Rows of a bulk copy box at most (the tensor map's box is 64 dims x min(block size, 64) rows).
 constexpr int kBoxRows = 64;
 
-// One output warpgroup's share of a KV tile (og 0: chunks 0-3, og 1: chunks 4-7, and the rope
-// chunk 8 for one of them, og 0 in v3): by its
+// One output warpgroup's share of a KV tile (og 0: chunks 0-3 and 8, og 1: chunks 4-7): by its
 // threads, 2 per token, each copying 4 of the 8 16-byte units of every chunk; or by bulk copies.
-// AnyRope: whether the rope chunk goes to the warpgroup the constructor says (the seesaw kernel)
-// rather than always to og 0 (v3, which then keeps no flag: at v3's 168-register bound the flag
-// alone made the fp8 build spill).
-template <Cache C, bool AnyRope = false>
+template <Cache C>
 struct OutputLoader {
   int token;           // 0 .. 63
   std::uint32_t off0;  // row offset of the thread's first unit in a chunk (swizzled), + 16 each
   int half;            // which 4 units
   int og;
-  bool rope;           // AnyRope: the rope chunk 8 too
   int loaded_barrier;  // named barrier of the warpgroup's 128 threads (the threads' copies)
 
-  // rope (AnyRope only): whether the warpgroup loads chunk 8 as well (the seesaw kernel: the
-  // warpgroup that reads the tile's P, which lives in chunk 8 once S is done).
-  __device__ __forceinline__ OutputLoader(int wt, int og_, int loaded_barrier_, bool rope_ = false)
-      : og(og_), rope(rope_), loaded_barrier(loaded_barrier_) {
+  __device__ __forceinline__ OutputLoader(int wt, int og_, int loaded_barrier_)
+      : og(og_), loaded_barrier(loaded_barrier_) {
     token = wt >> 1;
     half = wt & 1;
     off0 = std::uint32_t(token) * 128u;
   }
   __device__ __forceinline__ static int chunk(int og, int k) {
-    if constexpr (AnyRope) return k < 4 ? 4 * og + k : 8;
     return og == 0 ? (k < 4 ? k : 8) : 4 + k;
   }
-  __device__ __forceinline__ int num_chunks() const {
-    if constexpr (AnyRope) return rope ? 5 : 4;
-    return og == 0 ? 5 : 4;
-  }
+  __device__ __forceinline__ int num_chunks() const { return og == 0 ? 5 : 4; }
   // fn(c) for each chunk c the warpgroup loads, in order (unrolled: c stays a known offset).
   template <class Fn>
   __device__ __forceinline__ void for_each_chunk(Fn fn) const {
