@@ -1,6 +1,8 @@
 // a2a merge on the receiver: the W packed partials [W, N, Hl, row] of this rank's heads (row: 513
 // floats, or 514 bf16 slots with the fp32 LSE in the last two) -> out [N, Hl, 512] (f32 or bf16)
-// and lse [N, Hl], through merge::merge_partials (fp32 either way).
+// and lse [N, Hl], with the algebra of merge::merge_partials (fp32 either way): the merged L
+// folds the peers' L in rank order, and out[d] = sum over r in rank order of w_r * o_r[d],
+// skipping zero weights, each term added as in merge_partials (`sum += w * o`).
 #include "check.h"
 #include "dcpmla/merge.h"
 #include "device_common.cuh"
@@ -9,26 +11,158 @@
 namespace dcpmla::cuda {
 namespace {
 
-constexpr int kThreads = kLatentDim / 4;  // 4 consecutive dims per thread
+constexpr int kThreads = kLatentDim / 2;  // one pair of dims (2 d, 2 d + 1) per thread and item
 
-template <class Payload>
+// Items (row, local head) per block: kGroup * kItems = 16 pair loads in flight per thread.
+constexpr int items_per_block(int group) {
+  return 16 / group;
+}
+
+// The row's LSE slot of a peer as a float.
+template <class Payload, bool kFast>
+__device__ __forceinline__ float load_lse(const Payload* row) {
+  if constexpr (sizeof(Payload) == 4 || kFast) {
+    return *reinterpret_cast<const float*>(row + kLatentDim);  // rows are 4-byte aligned
+  } else {
+    return __uint_as_float(std::uint32_t(row[kLatentDim]) | std::uint32_t(row[kLatentDim + 1])
+                                                                << 16);
+  }
+}
+
+// Dims 2 d and 2 d + 1 of a peer's row as floats (the rows are only 4-byte aligned: 2052 or 1028
+// bytes). bf16 payload with kFast (recv 4-byte aligned): one 32-bit load.
+template <class Payload, bool kFast>
+__device__ __forceinline__ void load_pair(const Payload* row, int d, float& a, float& b) {
+  if constexpr (sizeof(Payload) == 4) {
+    a = row[d];
+    b = row[d + 1];
+  } else if constexpr (kFast) {
+    const std::uint32_t u = *reinterpret_cast<const std::uint32_t*>(row + d);
+    a = bf16_lo(u);
+    b = bf16_hi(u);
+  } else {
+    a = merge::partial_value(row[d]);
+    b = merge::partial_value(row[d + 1]);
+  }
+}
+
+// One block per kItems consecutive items (grid-stride past 65536 blocks); thread t owns dims
+// 2t, 2t + 1 of each. Per step: the payload loads of the first kGroup peers are issued (all
+// items, unconditionally: a payload behind a zero weight is read but never used), then the block
+// stages the kItems * W LSE in dynamic shared memory, one thread per item folds them into the
+// merged L (LseAccumulator, rank order), all threads compute the kItems * W weights, and the
+// sums run peer by peer in rank order (further groups of kGroup peers loaded as they come).
+// out_vec: out 8-byte aligned (float2 / 32-bit stores of the pair), else one element at a time.
+template <class Payload, bool kFast, int kGroup>
 __global__ void __launch_bounds__(kThreads)
     combine_merge_kernel(int W, std::int64_t items, const Payload* recv, void* out, bool out_bf16,
-                         float* lse) {
+                         bool out_vec, float* lse) {
+  constexpr int kItems = items_per_block(kGroup);
   constexpr int kRow = sizeof(Payload) == 4 ? kPackedRow : kPackedRowBf16;
-  const long peer_stride = long(items) * kRow;  // payload elements
-  // The LSE slots as floats: rows are 4-byte aligned in both layouts.
-  const long lse_stride = peer_stride * long(sizeof(Payload)) / 4;
-  const int d0 = 4 * int(threadIdx.x);
-  for (std::int64_t i = blockIdx.x; i < items; i += gridDim.x) {
-    const Payload* first = recv + i * kRow;
-    const auto* first_lse = reinterpret_cast<const float*>(first + kLatentDim);
-    float merged[4];
-    const float l = merge::merge_partials(W, first + d0, peer_stride, first_lse, lse_stride, 4,
-                                          merged, [](float x) { return x; });
+  extern __shared__ float smem[];
+  float* s_lse = smem;                               // [kItems][W] the peers' LSE
+  float* s_weight = smem + std::size_t(kItems) * W;  // [kItems][W]
+  __shared__ float s_merged[kItems];
+  const std::int64_t peer_stride = items * kRow;  // payload elements
+  const int d = 2 * int(threadIdx.x);
+  for (std::int64_t first = std::int64_t(blockIdx.x) * kItems; first < items;
+       first += std::int64_t(gridDim.x) * kItems) {
+    const int n_items = int(std::min<std::int64_t>(kItems, items - first));
+    const Payload* rows = recv + first * kRow;  // peer 0's row of item `first`
+    float v[kGroup][kItems][2];
 #pragma unroll
-    for (int c = 0; c < 4; ++c) store1(out, out_bf16, i * kLatentDim + d0 + c, merged[c]);
-    if (threadIdx.x == 0) lse[i] = l;
+    for (int r = 0; r < kGroup; ++r) {
+#pragma unroll
+      for (int i = 0; i < kItems; ++i) {
+        if (r < W && i < n_items) {
+          load_pair<Payload, kFast>(rows + r * peer_stride + i * kRow, d, v[r][i][0], v[r][i][1]);
+        }
+      }
+    }
+    for (int j = int(threadIdx.x); j < n_items * W; j += kThreads) {
+      const int i = j / W, r = j - i * W;
+      s_lse[j] = load_lse<Payload, kFast>(rows + r * peer_stride + i * kRow);
+    }
+    __syncthreads();
+    if (int(threadIdx.x) < n_items) {
+      const int i = int(threadIdx.x);
+      merge::LseAccumulator acc;
+      for (int r = 0; r < W; ++r) acc.add(s_lse[i * W + r]);
+      s_merged[i] = acc.lse();
+      lse[first + i] = s_merged[i];
+    }
+    __syncthreads();
+    for (int j = int(threadIdx.x); j < n_items * W; j += kThreads) {
+      s_weight[j] = merge::weight(s_lse[j], s_merged[j / W]);
+    }
+    __syncthreads();
+    float sum[kItems][2];
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) sum[i][0] = sum[i][1] = 0.0f;
+    for (int r0 = 0; r0 < W; r0 += kGroup) {
+      if (r0 > 0) {  // the next group's loads (the first group's are in flight since the top)
+#pragma unroll
+        for (int r = 0; r < kGroup; ++r) {
+#pragma unroll
+          for (int i = 0; i < kItems; ++i) {
+            if (r0 + r < W && i < n_items) {
+              load_pair<Payload, kFast>(rows + (r0 + r) * peer_stride + i * kRow, d, v[r][i][0],
+                                        v[r][i][1]);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kGroup; ++r) {
+        if (r0 + r >= W) break;
+#pragma unroll
+        for (int i = 0; i < kItems; ++i) {
+          if (i >= n_items) break;
+          const float w = s_weight[i * W + r0 + r];
+          if (w != 0.0f) {
+            sum[i][0] += w * v[r][i][0];
+            sum[i][1] += w * v[r][i][1];
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      if (i >= n_items) break;
+      const std::int64_t o = (first + i) * kLatentDim + d;
+      if (out_vec) {
+        if (out_bf16) {
+          *reinterpret_cast<std::uint32_t*>(static_cast<bf16_bits*>(out) + o) =
+              std::uint32_t(float_to_bf16(sum[i][0])) | std::uint32_t(float_to_bf16(sum[i][1]))
+                                                            << 16;
+        } else {
+          *reinterpret_cast<float2*>(static_cast<float*>(out) + o) =
+              make_float2(sum[i][0], sum[i][1]);
+        }
+      } else {
+        store1(out, out_bf16, o, sum[i][0]);
+        store1(out, out_bf16, o + 1, sum[i][1]);
+      }
+    }
+    __syncthreads();  // the shared arrays are refilled by the next step
+  }
+}
+
+template <class Payload, bool kFast>
+void launch(const CombineMergeArgs& a, int W, std::int64_t items, cudaStream_t s) {
+  const auto grid = [&](int group) { return grid_blocks(items, items_per_block(group)); };
+  const auto smem = [&](int group) {
+    return 2 * std::size_t(items_per_block(group)) * std::size_t(W) * sizeof(float);
+  };
+  const bool out_bf16 = a.out.dtype == DType::bf16;
+  const bool out_vec = reinterpret_cast<std::uintptr_t>(a.out.data) % 8 == 0;
+  const auto* recv = static_cast<const Payload*>(a.recv.data);
+  if (W <= 2) {
+    combine_merge_kernel<Payload, kFast, 2><<<grid(2), kThreads, smem(2), s>>>(
+        W, items, recv, a.out.data, out_bf16, out_vec, a.lse.as<float>());
+  } else {
+    combine_merge_kernel<Payload, kFast, 4><<<grid(4), kThreads, smem(4), s>>>(
+        W, items, recv, a.out.data, out_bf16, out_vec, a.lse.as<float>());
   }
 }
 
@@ -38,13 +172,14 @@ void combine_merge(const CombineMergeArgs& a, cudaStream_t s) {
   validate(a);
   const std::int64_t W = a.recv.shape[0], items = a.recv.shape[1] * a.recv.shape[2];
   if (items == 0) return;
-  const bool out_bf16 = a.out.dtype == DType::bf16;
   if (a.recv.dtype == DType::bf16) {
-    combine_merge_kernel<<<grid_blocks(items, 1), kThreads, 0, s>>>(
-        int(W), items, a.recv.as<const bf16_bits>(), a.out.data, out_bf16, a.lse.as<float>());
+    if (reinterpret_cast<std::uintptr_t>(a.recv.data) % 4 == 0) {
+      launch<bf16_bits, true>(a, int(W), items, s);
+    } else {
+      launch<bf16_bits, false>(a, int(W), items, s);
+    }
   } else {
-    combine_merge_kernel<<<grid_blocks(items, 1), kThreads, 0, s>>>(
-        int(W), items, a.recv.as<const float>(), a.out.data, out_bf16, a.lse.as<float>());
+    launch<float, false>(a, int(W), items, s);
   }
   check_launch("combine_merge_kernel<<<>>>");
 }

@@ -8,20 +8,33 @@ namespace dcpmla::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kUnroll = 4;                 // units per thread, all loaded before any store
+constexpr int kPart = kThreads * kUnroll;  // units of a chunk per block
 
 // Unit = uint4 (16 bytes) when both buffers are 16-byte aligned, else the element type.
+// blockIdx.x picks the destination chunk c = n * W + w (one division per chunk, none per unit),
+// blockIdx.y a part of kPart units of it; both loops are grid-stride for oversized shapes.
 template <class Unit>
-__global__ void unpack_query_kernel(const Unit* src, Unit* dst, std::int64_t W, std::int64_t N,
-                                    std::int64_t chunk_units) {
-  const std::int64_t total = W * N * chunk_units;
-  const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
-  for (std::int64_t u = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < total;
-       u += stride) {
-    // u indexes dst: (n, w, c).
-    const std::int64_t c = u % chunk_units;
-    const std::int64_t nw = u / chunk_units;
-    const std::int64_t w = nw % W, n = nw / W;
-    dst[u] = src[(w * N + n) * chunk_units + c];
+__global__ void __launch_bounds__(kThreads)
+    unpack_query_kernel(const Unit* src, Unit* dst, std::int64_t W, std::int64_t N,
+                        std::int64_t chunk_units) {
+  const std::int64_t chunks = W * N;
+  for (std::int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const std::int64_t n = c / W, w = c - n * W;
+    const Unit* s = src + (w * N + n) * chunk_units;
+    Unit* d = dst + c * chunk_units;
+    for (std::int64_t base = std::int64_t(blockIdx.y) * kPart + threadIdx.x; base < chunk_units;
+         base += std::int64_t(gridDim.y) * kPart) {
+      Unit v[kUnroll];
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        if (base + k * kThreads < chunk_units) v[k] = s[base + k * kThreads];
+      }
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        if (base + k * kThreads < chunk_units) d[base + k * kThreads] = v[k];
+      }
+    }
   }
 }
 
@@ -29,8 +42,10 @@ template <class Unit>
 void launch(const UnpackQueryArgs& a, std::int64_t chunk_bytes, cudaStream_t s) {
   const std::int64_t W = a.gathered.shape[0], N = a.gathered.shape[1];
   const std::int64_t units = chunk_bytes / std::int64_t(sizeof(Unit));
-  unpack_query_kernel<Unit><<<grid_blocks(W * N * units, kThreads), kThreads, 0, s>>>(
-      static_cast<const Unit*>(a.gathered.data), static_cast<Unit*>(a.q.data), W, N, units);
+  const dim3 grid(unsigned(std::min<std::int64_t>(W * N, 1 << 30)),
+                  unsigned(std::min<std::int64_t>((units + kPart - 1) / kPart, 65535)));
+  unpack_query_kernel<Unit><<<grid, kThreads, 0, s>>>(static_cast<const Unit*>(a.gathered.data),
+                                                      static_cast<Unit*>(a.q.data), W, N, units);
   check_launch("unpack_query_kernel<<<>>>");
 }
 
