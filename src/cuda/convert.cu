@@ -23,18 +23,9 @@ __global__ void __launch_bounds__(kThreads)
   auto* dst4 = reinterpret_cast<uint2*>(dst);
   for (std::int64_t base = std::int64_t(blockIdx.x) * kBlockGroups + threadIdx.x; base < groups;
        base += std::int64_t(gridDim.x) * kBlockGroups) {
-    float4 v[kUnroll];
-#pragma unroll
-    for (int k = 0; k < kUnroll; ++k) {
-      if (base + k * kThreads < groups) v[k] = src4[base + k * kThreads];
-    }
-#pragma unroll
-    for (int k = 0; k < kUnroll; ++k) {
-      if (base + k * kThreads < groups) {
-        dst4[base + k * kThreads] =
-            make_uint2(pack_bf16x2(v[k].x, v[k].y), pack_bf16x2(v[k].z, v[k].w));
-      }
-    }
+    copy_unrolled<kThreads, kUnroll>(src4, dst4, base, groups, [](const float4& v) {
+      return make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+    });
   }
   if (blockIdx.x == 0 && threadIdx.x < n - groups * 4) {
     const std::int64_t i = groups * 4 + threadIdx.x;

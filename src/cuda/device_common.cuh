@@ -76,6 +76,22 @@ __device__ __forceinline__ void store1(void* out, bool bf16, std::int64_t i, flo
   }
 }
 
+// dst[i] = convert(src[i]) for the Unroll elements i = base + k * Threads (k < Unroll) below end,
+// all loads issued before the first store (Unroll loads in flight per thread).
+template <int Threads, int Unroll, class In, class Out, class Convert>
+__device__ __forceinline__ void copy_unrolled(const In* src, Out* dst, std::int64_t base,
+                                              std::int64_t end, Convert convert) {
+  In v[Unroll];
+#pragma unroll
+  for (int k = 0; k < Unroll; ++k) {
+    if (base + k * Threads < end) v[k] = src[base + k * Threads];
+  }
+#pragma unroll
+  for (int k = 0; k < Unroll; ++k) {
+    if (base + k * Threads < end) dst[base + k * Threads] = convert(v[k]);
+  }
+}
+
 // Blocks for a grid-stride loop over n items with `threads` threads per block.
 inline unsigned grid_blocks(std::int64_t n, int threads) {
   const std::int64_t blocks = (n + threads - 1) / threads;

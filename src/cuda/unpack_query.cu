@@ -25,15 +25,7 @@ __global__ void __launch_bounds__(kThreads)
     Unit* d = dst + c * chunk_units;
     for (std::int64_t base = std::int64_t(blockIdx.y) * kPart + threadIdx.x; base < chunk_units;
          base += std::int64_t(gridDim.y) * kPart) {
-      Unit v[kUnroll];
-#pragma unroll
-      for (int k = 0; k < kUnroll; ++k) {
-        if (base + k * kThreads < chunk_units) v[k] = s[base + k * kThreads];
-      }
-#pragma unroll
-      for (int k = 0; k < kUnroll; ++k) {
-        if (base + k * kThreads < chunk_units) d[base + k * kThreads] = v[k];
-      }
+      copy_unrolled<kThreads, kUnroll>(s, d, base, chunk_units, [](const Unit& v) { return v; });
     }
   }
 }
