@@ -133,8 +133,7 @@ __global__ void __launch_bounds__(kThreads)
       if (out_vec) {
         if (out_bf16) {
           *reinterpret_cast<std::uint32_t*>(static_cast<bf16_bits*>(out) + o) =
-              std::uint32_t(float_to_bf16(sum[i][0])) | std::uint32_t(float_to_bf16(sum[i][1]))
-                                                            << 16;
+              bf16_pair(sum[i][0], sum[i][1]);
         } else {
           *reinterpret_cast<float2*>(static_cast<float*>(out) + o) =
               make_float2(sum[i][0], sum[i][1]);

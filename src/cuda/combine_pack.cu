@@ -63,9 +63,7 @@ __global__ void __launch_bounds__(kThreads)
         if constexpr (!kBf16) {
           dst[d] = v[i][u][0];
         } else if constexpr (kFast) {
-          *reinterpret_cast<std::uint32_t*>(dst + d) =
-              std::uint32_t(float_to_bf16(v[i][u][0])) | std::uint32_t(float_to_bf16(v[i][u][1]))
-                                                             << 16;
+          *reinterpret_cast<std::uint32_t*>(dst + d) = bf16_pair(v[i][u][0], v[i][u][1]);
         } else {
           dst[d] = float_to_bf16(v[i][u][0]);
           dst[d + 1] = float_to_bf16(v[i][u][1]);

@@ -10,10 +10,6 @@ constexpr int kThreads = 256;
 constexpr int kUnroll = 4;  // float4 groups per thread, all loaded before stores
 constexpr int kBlockGroups = kThreads * kUnroll;
 
-__device__ __forceinline__ std::uint32_t pack_bf16x2(float lo, float hi) {
-  return std::uint32_t(float_to_bf16(lo)) | std::uint32_t(float_to_bf16(hi)) << 16;
-}
-
 // src 16-byte and dst 8-byte aligned: groups of 4 elements (float4 in, 4 x bf16 = uint2 out);
 // the last n % 4 elements by block 0.
 __global__ void __launch_bounds__(kThreads)
@@ -24,7 +20,7 @@ __global__ void __launch_bounds__(kThreads)
   for (std::int64_t base = std::int64_t(blockIdx.x) * kBlockGroups + threadIdx.x; base < groups;
        base += std::int64_t(gridDim.x) * kBlockGroups) {
     copy_unrolled<kThreads, kUnroll>(src4, dst4, base, groups, [](const float4& v) {
-      return make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+      return make_uint2(bf16_pair(v.x, v.y), bf16_pair(v.z, v.w));
     });
   }
   if (blockIdx.x == 0 && threadIdx.x < n - groups * 4) {

@@ -29,6 +29,10 @@ __device__ __forceinline__ float bf16_lo(std::uint32_t u) {
 __device__ __forceinline__ float bf16_hi(std::uint32_t u) {
   return __uint_as_float(u & 0xffff0000u);
 }
+// The inverse: two floats rounded as float_to_bf16 does, lo in the low half.
+__device__ __forceinline__ std::uint32_t bf16_pair(float lo, float hi) {
+  return std::uint32_t(float_to_bf16(lo)) | std::uint32_t(float_to_bf16(hi)) << 16;
+}
 
 // 8 consecutive elements as floats: 16-byte aligned for bf16, 32-byte aligned for f32.
 __device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
@@ -58,10 +62,8 @@ __device__ __forceinline__ void load4(const bf16_bits* p, float* v) {
 __device__ __forceinline__ void store4(void* out, bool bf16, std::int64_t i, float a, float b,
                                        float c, float d) {
   if (bf16) {
-    const uint2 u =
-        make_uint2(std::uint32_t(float_to_bf16(a)) | std::uint32_t(float_to_bf16(b)) << 16,
-                   std::uint32_t(float_to_bf16(c)) | std::uint32_t(float_to_bf16(d)) << 16);
-    *reinterpret_cast<uint2*>(static_cast<bf16_bits*>(out) + i) = u;
+    *reinterpret_cast<uint2*>(static_cast<bf16_bits*>(out) + i) =
+        make_uint2(bf16_pair(a, b), bf16_pair(c, d));
   } else {
     *reinterpret_cast<float4*>(static_cast<float*>(out) + i) = make_float4(a, b, c, d);
   }
