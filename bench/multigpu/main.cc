@@ -1,7 +1,8 @@
 // dcpmla_multigpu_bench: one DCP decode step (one layer's attention) across GPUs over NCCL. Per
 // step: the query all-gather, the attention (local decode over the rank's KV shard) and the
-// combine (ag_rs, a2a, and a2a with the bf16 payload, separately), timed with CUDA events, for
-// W = 1 and W = 2, 4, ... up to the GPUs present; the whole step time, and its ratio to W = 1.
+// combine (ag_rs, a2a, a2a with the bf16 payload, and that with a separate pack launch), each
+// timed with CUDA events, for W = 1 and W = 2, 4, ... up to the GPUs present; the whole step
+// time, and its ratio to W = 1.
 // For W >= 2 the query gather and the combine are also split into their launches (each NCCL
 // collective and each kernel around it), and each collective is timed alone, the same call in a
 // loop of back-to-back calls on idle GPUs, to compare with its time inside the step.

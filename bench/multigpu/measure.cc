@@ -37,9 +37,12 @@ struct RankRecord {
 struct Variant {
   Combine combine;
   DType payload;
+  bool pack_in_decode;
 };
-constexpr Variant kVariants[] = {
-    {Combine::ag_rs, DType::f32}, {Combine::a2a, DType::f32}, {Combine::a2a, DType::bf16}};
+constexpr Variant kVariants[] = {{Combine::ag_rs, DType::f32, true},
+                                 {Combine::a2a, DType::f32, true},
+                                 {Combine::a2a, DType::bf16, true},
+                                 {Combine::a2a, DType::bf16, false}};
 
 enum class OverRanks { slowest, fastest };
 
@@ -164,6 +167,7 @@ CombineTiming summarize(Variant v, std::size_t c, const std::vector<RankRecord>&
   CombineTiming t;
   t.combine = v.combine;
   t.payload = v.payload;
+  t.pack_in_decode = v.pack_in_decode;
   t.query_gather = phase_stat(ranks, c, steps, &StepPhases::query_gather, OverRanks::slowest);
   t.decode = phase_stat(ranks, c, steps, &StepPhases::decode, OverRanks::slowest);
   t.combine_phase = phase_stat(ranks, c, steps, &StepPhases::combine, OverRanks::slowest);
@@ -223,14 +227,15 @@ ShapeTiming measure(const NcclLocalGroup& group, const Shape& shape, const Measu
         for (const Variant& v : kVariants) {
           // One untimed step through the recorder: the collectives this combine makes.
           recorder.clear();
-          step->run(recorder, v.combine, v.payload, &recorder);
+          step->run(recorder, v.combine, v.payload, v.pack_in_decode, &recorder);
           rec.calls.push_back(recorder.calls());
-          for (int i = 0; i < o.warmup; ++i) step->run(comm, v.combine, v.payload, nullptr);
+          for (int i = 0; i < o.warmup; ++i)
+            step->run(comm, v.combine, v.payload, v.pack_in_decode, nullptr);
           step->synchronize();
           sync.arrive_and_wait();  // start the timed steps together
           for (int i = 0; i < o.steps; ++i) {
             timer->set_step(i);
-            step->run(comm, v.combine, v.payload, timer.get());
+            step->run(comm, v.combine, v.payload, v.pack_in_decode, timer.get());
           }
           step->synchronize();
           std::vector<StepPhases> phases;

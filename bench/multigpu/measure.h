@@ -1,5 +1,6 @@
 // Times one shape as a W-rank DCP step on GPUs 0..W-1 over NCCL, every combine variant (ag_rs, a2a,
-// a2a with a bf16 payload), with CUDA events around every phase of every step.
+// a2a with a bf16 payload, and that with a separate pack launch), with CUDA events around every
+// phase of every step.
 #pragma once
 
 #include <string>
@@ -48,9 +49,11 @@ struct CollectiveAlone {
 struct CombineTiming {
   Combine combine = Combine::ag_rs;
   DType payload = DType::f32;  // the a2a all-to-all's payload (DcpStepArgs::combine_payload)
-  // "ag_rs", "a2a" or "a2a/bf16".
+  bool pack_in_decode = true;  // a2a: DcpStepArgs::pack_in_decode (false: a pack launch)
+  // "ag_rs", "a2a", "a2a/bf16", or "a2a/bf16+pack" (the decode to fp32 rows, then a pack launch).
   std::string label() const {
-    return std::string(to_string(combine)) + (payload == DType::bf16 ? "/bf16" : "");
+    return std::string(to_string(combine)) + (payload == DType::bf16 ? "/bf16" : "") +
+           (combine == Combine::a2a && !pack_in_decode ? "+pack" : "");
   }
   Stat query_gather, decode, combine_phase, step;
   Stat query_gather_own, combine_own;  // min over ranks: without the wait for the last rank
@@ -69,7 +72,7 @@ struct ShapeTiming {
   double flops = 0;              // the step's attention FLOPs, all ranks together
   std::size_t work_items = 0;    // rank 0's plan
   bool output_finite = true;
-  std::vector<CombineTiming> combines;  // ag_rs, a2a, a2a with the bf16 payload
+  std::vector<CombineTiming> combines;  // ag_rs, a2a, a2a/bf16, a2a/bf16+pack
   std::vector<CollectiveAlone> alone;   // W >= 2: every distinct collective of the three combines
 };
 

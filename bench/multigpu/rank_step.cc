@@ -84,9 +84,11 @@ RankStep::~RankStep() {
   }
 }
 
-void RankStep::run(Communicator& comm, Combine combine, DType payload, DcpStepTimer* timer) {
+void RankStep::run(Communicator& comm, Combine combine, DType payload, bool pack_in_decode,
+                   DcpStepTimer* timer) {
   args_.combine = combine;
   args_.combine_payload = payload;
+  args_.pack_in_decode = pack_in_decode;
   args_.timer = timer;
   dcp_step(*backend_, comm, *workspace_, args_, stream_);
 }

@@ -24,7 +24,8 @@ class RankStep {
   ~RankStep();
 
   // Enqueues one step on this rank's stream (no host synchronisation).
-  void run(Communicator& comm, Combine combine, DType payload, DcpStepTimer* timer);
+  void run(Communicator& comm, Combine combine, DType payload, bool pack_in_decode,
+           DcpStepTimer* timer);
   void synchronize();
   Stream stream() const { return stream_; }
   // Downloads this rank's LSE: every row sees keys on every rank here, so all must be finite.

@@ -10,7 +10,9 @@ namespace {
 const CombineTiming* same_combine(const Measured* m, const CombineTiming& c) {
   if (m == nullptr) return nullptr;
   for (const auto& t : m->timing.combines) {
-    if (t.combine == c.combine && t.payload == c.payload) return &t;
+    if (t.combine == c.combine && t.payload == c.payload && t.pack_in_decode == c.pack_in_decode) {
+      return &t;
+    }
   }
   return nullptr;
 }

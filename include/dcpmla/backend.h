@@ -31,12 +31,22 @@ struct DecodeArgs {
   TensorRef q;                 // [rows, H, 576] f32 or bf16 (absorbed query)
   KvCacheRef cache;            // this rank's cache
   TensorRef block_table;       // [B, max_blocks] i32, shared by all ranks
-  TensorRef out;               // [rows, H, 512] f32 or q's dtype
-  TensorRef lse;               // [rows, H] f32, natural log
+  TensorRef out;               // [rows, H, 512] f32 or q's dtype; empty when send is set
+  TensorRef lse;               // [rows, H] f32, natural log; empty when send is set
   float softmax_scale = 0.0f;  // explicit; finite and > 0
   float q_scale = 1.0f;        // scores use softmax_scale * q_scale * k_scale
   TensorRef workspace;         // >= decode_workspace_bytes(plan) bytes (u8/any dtype, 1-D)
+  // The other output form, for the a2a combine of a DCP step: with send set, every (row, head)'s
+  // O and LSE go into the all-to-all send rows [send_world, rows, H / send_world,
+  // packed_row(send.dtype)] (f32 or bf16), exactly as combine_pack writes them from an f32 out
+  // and lse, so the fp32 rows never make a round trip through memory. out and lse stay empty.
+  int send_world = 0;
+  TensorRef send;
 };
+// True when the decode writes the a2a send rows (args.send) instead of out and lse.
+inline bool decodes_into_send(const DecodeArgs& args) {
+  return args.send.data != nullptr || args.send_world != 0;
+}
 void validate(const DecodeArgs& args);
 
 // ag_rs local step. From gathered LSE [W, N, H] compute merged L, then write this rank's O scaled

@@ -47,7 +47,7 @@ const char* to_string(DcpStepPoint p);
 // query is sent as it is.
 //   query gather: nccl_all_gather_q, kernel_unpack_q
 //   ag_rs:        nccl_all_gather_lse, kernel_rescale, nccl_reduce_scatter_o, kernel_convert_o
-//   a2a:          kernel_pack, nccl_all_to_all, kernel_merge
+//   a2a:          kernel_pack (only without pack_in_decode), nccl_all_to_all, kernel_merge
 enum class DcpLaunch {
   nccl_all_gather_q,      // the query [N, Hl, 576] from every rank -> [W, N, Hl, 576]
   kernel_unpack_q,        // [W, N, Hl, 576] -> [N, W*Hl, 576]
@@ -95,6 +95,10 @@ struct DcpStepArgs {
   // a2a: the payload of the all-to-all, f32 or bf16 (half the bytes: O is rounded to bf16 before
   // the fp32 merge; the LSE stays fp32). ag_rs sums in its collective and takes f32 only.
   DType combine_payload = DType::f32;
+  // a2a: the decode writes the all-to-all send rows itself (DecodeArgs::send), so its fp32 result
+  // never goes through memory and no pack launch follows it; false: decode to fp32 rows, then
+  // combine_pack (the same bits, one more launch).
+  bool pack_in_decode = true;
   // Optional; nullptr costs one branch per phase and launch. A timer records events between the
   // step's launches, which is meant for stream-ordered benchmark steps, not for graph capture.
   DcpStepTimer* timer = nullptr;

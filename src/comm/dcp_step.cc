@@ -121,12 +121,26 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
                     partial_lse,
                     a.softmax_scale,
                     a.q_scale,
-                    ws.decode.tensor(DType::fp8_e4m3, {std::int64_t(ws.decode.bytes())})};
+                    ws.decode.tensor(DType::fp8_e4m3, {std::int64_t(ws.decode.bytes())}),
+                    /*send_world=*/0,
+                    /*send=*/{}};
   require(a.combine_payload == DType::f32 ||
               (a.combine_payload == DType::bf16 && a.combine == Combine::a2a),
           ErrorCode::invalid_argument, "combine_payload",
           "f32, or bf16 with the a2a combine (ag_rs sums in fp32)",
           fmt::format("{} with {}", to_string(a.combine_payload), to_string(a.combine)));
+  const DType pt = a.combine_payload;
+  const std::int64_t row = packed_row(pt);
+  // The workspace is sized for the fp32 rows, which are the larger.
+  const TensorRef send = ws.send_out.tensor(pt, {W, N, Hl, row});
+  const TensorRef recv = ws.recv_out.tensor(pt, {W, N, Hl, row});
+  const bool pack_in_decode = W > 1 && a.combine == Combine::a2a && a.pack_in_decode;
+  if (pack_in_decode) {
+    decode.out = {};
+    decode.lse = {};
+    decode.send_world = W;
+    decode.send = send;
+  }
   // Every check happens before the first collective, so bad input cannot leave peers waiting
   // in a collective this rank never joins (when all ranks see the same bad input).
   validate(decode);
@@ -176,13 +190,10 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
     backend.convert({summed, a.out}, s);
     launched(DcpLaunch::kernel_convert_o);
   } else {
-    const DType pt = a.combine_payload;
-    const std::int64_t row = packed_row(pt);
-    // The workspace is sized for the fp32 rows, which are the larger.
-    const TensorRef send = ws.send_out.tensor(pt, {W, N, Hl, row});
-    const TensorRef recv = ws.recv_out.tensor(pt, {W, N, Hl, row});
-    backend.combine_pack({W, partial_out, partial_lse, send}, s);
-    launched(DcpLaunch::kernel_pack);
+    if (!pack_in_decode) {
+      backend.combine_pack({W, partial_out, partial_lse, send}, s);
+      launched(DcpLaunch::kernel_pack);
+    }
     comm.all_to_all(send.data, recv.data, std::size_t(N * Hl * row), pt, s);
     launched(DcpLaunch::nccl_all_to_all);
     backend.combine_merge({recv, a.out, a.lse}, s);

@@ -57,8 +57,18 @@ void validate(const DecodeArgs& a) {
           fmt::format("{} rows", dim(a.q, 0)));
   check_tensor(a.q, "q", {DType::f32, DType::bf16}, {rows, H, kHeadDim});
   check_tensor(a.block_table, "block_table", DType::i32, {p.num_requests, dim(a.block_table, 1)});
-  check_tensor(a.out, "out", {DType::f32, a.q.dtype}, {rows, H, kLatentDim});
-  check_tensor(a.lse, "lse", DType::f32, {rows, H});
+  if (decodes_into_send(a)) {
+    require(a.out.data == nullptr && a.lse.data == nullptr, ErrorCode::invalid_argument,
+            a.out.data ? "out" : "lse", "empty (the decode writes send instead)", "a buffer");
+    require(a.send_world >= 1 && H % a.send_world == 0, ErrorCode::invalid_argument, "send_world",
+            fmt::format("a divisor of the plan's {} heads", H), std::to_string(a.send_world));
+    const std::int64_t W = a.send_world;
+    check_tensor(a.send, "send", {DType::f32, DType::bf16},
+                 {W, rows, H / W, packed_row(a.send.dtype)});
+  } else {
+    check_tensor(a.out, "out", {DType::f32, a.q.dtype}, {rows, H, kLatentDim});
+    check_tensor(a.lse, "lse", DType::f32, {rows, H});
+  }
   require(std::isfinite(a.softmax_scale) && a.softmax_scale > 0.0f, ErrorCode::invalid_argument,
           "softmax_scale", "finite and > 0", fmt::format("{}", a.softmax_scale));
   require(std::isfinite(a.q_scale) && a.q_scale > 0.0f, ErrorCode::invalid_argument, "q_scale",

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "combine.h"
 #include "dcpmla/error.h"
 #include "dcpmla/merge.h"
 #include "elements.h"
@@ -184,6 +185,19 @@ void decode(ThreadPool& pool, const DecodeArgs& args) {
   validate(args);
   const Plan& p = *args.plan;
   const int H = p.config.num_heads;
+  if (decodes_into_send(args)) {
+    // Here the send rows are the pack of an f32 decode: the definition of that output form.
+    std::vector<float> out(std::size_t(p.num_rows) * H * kLatentDim),
+        lse(std::size_t(p.num_rows) * H);
+    DecodeArgs plain = args;
+    plain.send_world = 0;
+    plain.send = {};
+    plain.out = TensorRef(out.data(), DType::f32, {p.num_rows, H, kLatentDim});
+    plain.lse = TensorRef(lse.data(), DType::f32, {p.num_rows, H});
+    decode(pool, plain);
+    combine_pack(pool, {args.send_world, plain.out, plain.lse, args.send});
+    return;
+  }
   auto* ws = static_cast<float*>(args.workspace.data);
   const Views v{&p,
                 args.q.as<const std::uint8_t>(),

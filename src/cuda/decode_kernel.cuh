@@ -28,6 +28,7 @@
 #include "dcpmla/merge.h"
 #include "device_common.cuh"
 #include "kernels.h"
+#include "output_rows.cuh"
 
 // DCPMLA_EMULATE: the kernel is compiled as plain C++ by a host emulation test
 // (tests/cuda/decode_emulation_test.cc), which supplies threads, barriers and shuffles.
@@ -357,17 +358,20 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     if (pair < tile.num_pairs) {
       const std::int64_t idx = first + pair;
       const float scale = fw[pp];
+      const std::int64_t row_at = partial ? idx * kLatentDim : output_offset(p.final_rows, idx, H);
 #pragma unroll
       for (int i4 = 0; i4 < 4; ++i4) {
-        const std::int64_t at = idx * kLatentDim + 128 * i4 + 4 * lane;
+        const std::int64_t at = row_at + 128 * i4 + 4 * lane;
         const float* a = acc[pp] + 4 * i4;
         if (partial) {
           store4(p.partial_out, false, at, a[0] * scale, a[1] * scale, a[2] * scale, a[3] * scale);
         } else {
-          store4(p.out, p.out_bf16, at, a[0] * scale, a[1] * scale, a[2] * scale, a[3] * scale);
+          store_output4(p.final_rows, at, a[0] * scale, a[1] * scale, a[2] * scale, a[3] * scale);
         }
       }
-      if (lane == 0) (partial ? p.partial_lse : p.lse)[idx] = lw[pp];
+      if (lane == 0) {
+        *(partial ? p.partial_lse + idx : output_lse(p.final_rows, idx, row_at)) = lw[pp];
+      }
     }
   }
 }

@@ -33,7 +33,13 @@ void decode(const DecodeArgs& a, DevicePlan& dp, cudaStream_t s) {
             fmt::format(">= {} blocks", needed), fmt::format("{} columns", cols));
   }
   require_aligned(a.q.data, "q");
-  require_aligned(a.out.data, "out");
+  const bool into_send = decodes_into_send(a);
+  if (into_send) {
+    require(reinterpret_cast<std::uintptr_t>(a.send.data) % 4 == 0, ErrorCode::unsupported, "send",
+            "a 4-byte aligned device pointer (CUDA backend)", fmt::format("{}", a.send.data));
+  } else {
+    require_aligned(a.out.data, "out");
+  }
   require_aligned(a.cache.data, "cache.data");
   if (plan.num_partial_rows > 0) require_aligned(a.workspace.data, "workspace");
 
@@ -50,7 +56,13 @@ void decode(const DecodeArgs& a, DevicePlan& dp, cudaStream_t s) {
   float* ws = cap_rows > 0 ? static_cast<float*>(a.workspace.data) : nullptr;
   float* ws_lse = cap_rows > 0 ? ws + cap_rows * H * kLatentDim : nullptr;
   const bool fp8 = a.cache.dtype == DType::fp8_e4m3;
-  const bool out_bf16 = a.out.dtype == DType::bf16;
+  OutputRows final_rows;
+  if (into_send) {
+    final_rows = {a.send.data, nullptr, a.send.dtype == DType::bf16, H / a.send_world,
+                  plan.num_rows};
+  } else {
+    final_rows = {a.out.data, a.lse.as<float>(), a.out.dtype == DType::bf16, 0, 0};
+  }
 
   DecodeParams p;
   p.header = v.header;
@@ -66,9 +78,7 @@ void decode(const DecodeArgs& a, DevicePlan& dp, cudaStream_t s) {
   // fp8 keys stay unscaled e4m3 values in the kernel: k_scale joins the score and output scales.
   p.score_scale = a.softmax_scale * a.q_scale * (fp8 ? a.cache.k_scale : 1.0f);
   p.out_scale = fp8 ? a.cache.k_scale : 1.0f;
-  p.out = a.out.data;
-  p.out_bf16 = out_bf16;
-  p.lse = a.lse.as<float>();
+  p.final_rows = final_rows;
   p.partial_out = ws;
   p.partial_lse = ws_lse;
   if (tensor_core_decode_supports(a.q.dtype, a.cache.dtype)) {
@@ -77,12 +87,10 @@ void decode(const DecodeArgs& a, DevicePlan& dp, cudaStream_t s) {
     launch_decode_tiles(p, a.q.dtype, a.cache.dtype, grid.tiles, s);
   }
   if (grid.merge_rows > 0) {
-    launch_split_merge(
-        {v.header, v.merge_rows, H, ws, ws_lse, a.out.data, out_bf16, a.lse.as<float>()},
-        grid.merge_rows, s);
+    launch_split_merge({v.header, v.merge_rows, H, ws, ws_lse, final_rows}, grid.merge_rows, s);
   }
   if (v.capturing || v.counts.rows > plan.num_real_rows) {
-    launch_fill_padding(a.out.data, out_bf16, a.lse.as<float>(), v.header, grid.rows, H, s);
+    launch_fill_padding(final_rows, v.header, grid.rows, H, s);
   }
   dp.mark_used(s);
 }

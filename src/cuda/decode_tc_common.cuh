@@ -10,6 +10,7 @@
 #include "device_common.cuh"
 #include "hopper/wgmma.cuh"
 #include "kernels.h"
+#include "output_rows.cuh"
 
 namespace dcpmla::cuda {
 namespace tc {
@@ -98,16 +99,17 @@ __device__ __forceinline__ void load_q(const DecodeParams& p, const DecodeTile& 
   }
 }
 
-// First output element of the tile's pair 0: a row of the fp32 partials (split work items) or of
-// out, times H, times 512.
-__device__ __forceinline__ std::int64_t first_output_row(const DecodeParams& p,
-                                                         const DecodeTile& tile) {
+// Item (row * H + head) of the tile's pair 0, in the fp32 partials (split work items) or in the
+// final rows.
+__device__ __forceinline__ std::int64_t first_output_item(const DecodeParams& p,
+                                                          const DecodeTile& tile) {
   const std::int64_t row = tile.partial_row >= 0 ? tile.partial_row : tile.row_begin;
   return row * p.num_heads + tile.pair_begin;
 }
 
 // Writes accumulator row r (0 or 1) of a 64 x 256 wgmma fragment o, times scale, at element
-// `at` (dim 2 quad of the thread's first column) of the partials or of out: columns 8 j + {0, 1}.
+// `at` (dim 2 quad of the thread's first column) of the partials or of the final rows: columns
+// 8 j + {0, 1}.
 __device__ __forceinline__ void store_output_row(const DecodeParams& p, bool partial,
                                                  std::int64_t at, const float (&o)[128], int r,
                                                  float scale) {
@@ -116,11 +118,8 @@ __device__ __forceinline__ void store_output_row(const DecodeParams& p, bool par
     const float a = o[4 * j + 2 * r] * scale, b = o[4 * j + 2 * r + 1] * scale;
     if (partial) {
       *reinterpret_cast<float2*>(p.partial_out + at + 8 * j) = make_float2(a, b);
-    } else if (p.out_bf16) {
-      *reinterpret_cast<std::uint32_t*>(static_cast<bf16_bits*>(p.out) + at + 8 * j) =
-          pack_bf16x2(a, b);
     } else {
-      *reinterpret_cast<float2*>(static_cast<float*>(p.out) + at + 8 * j) = make_float2(a, b);
+      store_output2(p.final_rows, at + 8 * j, a, b);
     }
   }
 }

@@ -1,10 +1,12 @@
-// Padding rows (past the batch's real tokens) belong to no request: O = 0, LSE = -inf.
+// Padding rows (past the batch's real tokens) belong to no request: O = 0, LSE = -inf, in the
+// plain layout or in the a2a send rows (OutputRows).
 #include <algorithm>
 
 #include "check.h"
 #include "device_common.cuh"
 #include "kernels.h"
 #include "launch_config.h"
+#include "output_rows.cuh"
 
 namespace dcpmla::cuda {
 namespace {
@@ -12,8 +14,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr unsigned kMaxBlocks = 1024;
 
-__global__ void fill_padding_kernel(void* out, bool out_bf16, float* lse, const PlanHeader* header,
-                                    int num_heads) {
+__global__ void fill_padding_kernel(const OutputRows o, const PlanHeader* header, int num_heads) {
   // count = rows * H (row, head) items starting at item `first`.
   const std::int64_t first = header->padding_begin * num_heads;
   const std::int64_t count = (header->padding_end - header->padding_begin) * num_heads;
@@ -22,15 +23,27 @@ __global__ void fill_padding_kernel(void* out, bool out_bf16, float* lse, const 
   wait_for_previous_grid();
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
   const std::int64_t begin = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (std::int64_t i = begin; i < count * kLatentDim; i += stride) {
-    store1(out, out_bf16, first * kLatentDim + i, 0.0f);
+  if (o.group_heads == 0) {
+    for (std::int64_t i = begin; i < count * kLatentDim; i += stride) {
+      store1(o.out, o.bf16, first * kLatentDim + i, 0.0f);
+    }
+    for (std::int64_t i = begin; i < count; i += stride) o.lse[first + i] = -INFINITY;
+    return;
   }
-  for (std::int64_t i = begin; i < count; i += stride) lse[first + i] = -INFINITY;
+  // Packed rows: pairs of elements (rows are 4-byte aligned), the LSE with the row's last pair.
+  constexpr int kPairs = kLatentDim / 2;
+  for (std::int64_t i = begin; i < count * kPairs; i += stride) {
+    const std::int64_t item = first + i / kPairs;
+    const std::int64_t at = output_offset(o, item, num_heads);
+    const int d = 2 * int(i % kPairs);
+    store_output2(o, at + d, 0.0f, 0.0f);
+    if (d == 0) *output_lse(o, item, at) = -INFINITY;
+  }
 }
 
 }  // namespace
 
-void launch_fill_padding(void* out, bool out_bf16, float* lse, const PlanHeader* header,
+void launch_fill_padding(const OutputRows& final_rows, const PlanHeader* header,
                          std::int64_t row_capacity, int num_heads, cudaStream_t s) {
   const std::int64_t count = row_capacity * num_heads;
   if (count <= 0) return;
@@ -39,8 +52,7 @@ void launch_fill_padding(void* out, bool out_bf16, float* lse, const PlanHeader*
   // mostly empty blocks every replay.
   const unsigned blocks = std::min(grid_blocks(count * kLatentDim, kThreads), kMaxBlocks);
   launch_dependent(fill_padding_kernel, blocks, kThreads, s,
-                   "fill_padding_kernel (cudaLaunchKernelEx)", out, out_bf16, lse, header,
-                   num_heads);
+                   "fill_padding_kernel (cudaLaunchKernelEx)", final_rows, header, num_heads);
 }
 
 }  // namespace dcpmla::cuda

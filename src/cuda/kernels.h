@@ -20,6 +20,18 @@ void write_kv(const KvWriteArgs& args, cudaStream_t s);
 // merge and the padding fill.
 void decode(const DecodeArgs& args, DevicePlan& dp, cudaStream_t s);
 
+// Where a decode writes its final rows (output_rows.cuh has the device side). Plain: O of item
+// (row * H + h) at out[item * 512 ...] (f32 or bf16) and its LSE at lse[item]. Packed (DecodeArgs
+// send): the a2a send rows [W, rows, H/W, packed_row] (f32 or bf16), O then the fp32 LSE in each
+// row, laid out as combine_pack writes them.
+struct OutputRows {
+  void* out = nullptr;
+  float* lse = nullptr;  // plain only
+  bool bf16 = false;
+  int group_heads = 0;    // packed: H / W; 0: plain
+  std::int64_t rows = 0;  // packed: the rows of each destination group
+};
+
 // decode.cu: the FMA kernel (v1), one thread block per DecodeTile.
 struct DecodeParams {
   const PlanHeader* header;         // num_tiles; blocks past it exit (null: every block runs)
@@ -32,13 +44,11 @@ struct DecodeParams {
   std::int64_t num_blocks;
   int block_size;
   int num_heads;
-  float score_scale;  // softmax_scale * q_scale (* k_scale for fp8)
-  float out_scale;    // k_scale for fp8, else 1
-  void* out;          // [rows, H, 512] f32 or bf16, 16-byte aligned
-  bool out_bf16;
-  float* lse;          // [rows, H]
-  float* partial_out;  // [partial_rows, H, 512], 16-byte aligned
-  float* partial_lse;  // [partial_rows, H]
+  float score_scale;      // softmax_scale * q_scale (* k_scale for fp8)
+  float out_scale;        // k_scale for fp8, else 1
+  OutputRows final_rows;  // plain out 16-byte aligned; packed send 4-byte aligned
+  float* partial_out;     // [partial_rows, H, 512], 16-byte aligned
+  float* partial_lse;     // [partial_rows, H]
   // Set by launch_decode_tc for bf16 caches: the cache as a [num_blocks * block_size, 576] bf16
   // tensor in boxes of 64 dims x min(block_size, 64) rows, 128-byte swizzle, NaN past its end.
   CUtensorMap kv_map{};
@@ -59,17 +69,15 @@ struct SplitMergeParams {
   int num_heads;
   const float* partial_out;  // [partial_rows, H, 512]
   const float* partial_lse;  // [partial_rows, H]
-  void* out;                 // [rows, H, 512] f32 or bf16
-  bool out_bf16;
-  float* lse;  // [rows, H]
+  OutputRows final_rows;
 };
 
 // split_merge.cu: grid for merging up to `capacity` merge rows.
 void launch_split_merge(const SplitMergeParams& p, std::int64_t capacity, cudaStream_t s);
 
-// fill_padding.cu: rows [header->padding_begin, header->padding_end) of out (f32 or bf16) and
-// lse <- 0 and -inf; the grid covers up to `row_capacity` rows.
-void launch_fill_padding(void* out, bool out_bf16, float* lse, const PlanHeader* header,
+// fill_padding.cu: rows [header->padding_begin, header->padding_end) of the final rows <- O 0
+// and LSE -inf; the grid covers up to `row_capacity` rows.
+void launch_fill_padding(const OutputRows& final_rows, const PlanHeader* header,
                          std::int64_t row_capacity, int num_heads, cudaStream_t s);
 
 // unpack_query.cu

@@ -19,6 +19,7 @@
 #include "device_common.cuh"
 #include "kernels.h"
 #include "launch_config.h"
+#include "output_rows.cuh"
 
 namespace dcpmla::cuda {
 namespace {
@@ -107,9 +108,10 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeP
       const float4 v = *reinterpret_cast<const float4*>(&sums[g - 1][d0]);
       acc[0] += v.x, acc[1] += v.y, acc[2] += v.z, acc[3] += v.w;
     }
-    const std::int64_t row = std::int64_t(m.out_row) * p.num_heads + h;
-    store4(p.out, p.out_bf16, row * kLatentDim + d0, acc[0], acc[1], acc[2], acc[3]);
-    if (threadIdx.x == 0) p.lse[row] = merged;
+    const std::int64_t out_item = std::int64_t(m.out_row) * p.num_heads + h;
+    const std::int64_t row_at = output_offset(p.final_rows, out_item, p.num_heads);
+    store_output4(p.final_rows, row_at + d0, acc[0], acc[1], acc[2], acc[3]);
+    if (threadIdx.x == 0) *output_lse(p.final_rows, out_item, row_at) = merged;
   }
 }
 

@@ -378,6 +378,65 @@ const std::vector<DecodeCase> kDecodeCases = {
 INSTANTIATE_TEST_SUITE_P(Catalogue, DecodeValidation, ::testing::ValuesIn(kDecodeCases),
                          [](const auto& info) { return info.param.name; });
 
+// The other output form: the a2a send rows (DecodeArgs::send) in place of out and lse.
+const std::vector<DecodeCase> kSendCases = {
+    {"send_with_out_still_set", ErrorCode::invalid_argument, "out", nullptr,
+     [](A& a, S& s) {
+       a.send_world = 2;
+       a.send = TensorRef(s.out.data(), DType::bf16, {2, 9, 2, kPackedRowBf16});
+     },
+     "empty"},
+    {"send_with_lse_still_set", ErrorCode::invalid_argument, "lse", nullptr,
+     [](A& a, S& s) {
+       a.out = {};
+       a.send_world = 2;
+       a.send = TensorRef(s.out.data(), DType::bf16, {2, 9, 2, kPackedRowBf16});
+     },
+     nullptr},
+    {"send_world_3_for_4_heads", ErrorCode::invalid_argument, "send_world", nullptr,
+     [](A& a, S& s) {
+       a.out = {};
+       a.lse = {};
+       a.send_world = 3;
+       a.send = TensorRef(s.out.data(), DType::bf16, {3, 9, 1, kPackedRowBf16});
+     },
+     "divisor of the plan's 4 heads"},
+    {"send_world_without_send", ErrorCode::shape_mismatch, "send", nullptr,
+     [](A& a, S&) {
+       a.out = {};
+       a.lse = {};
+       a.send_world = 2;
+     },
+     nullptr},
+    {"send_bf16_rows_of_513_slots", ErrorCode::shape_mismatch, "send", nullptr,
+     [](A& a, S& s) {
+       a.out = {};
+       a.lse = {};
+       a.send_world = 2;
+       a.send = TensorRef(s.out.data(), DType::bf16, {2, 9, 2, kPackedRow});
+     },
+     "514"},
+    {"send_dtype_fp8", ErrorCode::dtype_mismatch, "send", nullptr,
+     [](A& a, S& s) {
+       a.out = {};
+       a.lse = {};
+       a.send_world = 2;
+       a.send = TensorRef(s.out.data(), DType::fp8_e4m3, {2, 9, 2, kPackedRow});
+     },
+     nullptr},
+    {"send_null", ErrorCode::invalid_argument, "send", nullptr,
+     [](A& a, S&) {
+       a.out = {};
+       a.lse = {};
+       a.send_world = 2;
+       a.send = TensorRef(static_cast<void*>(nullptr), DType::f32, {2, 9, 2, kPackedRow});
+     },
+     nullptr},
+};
+
+INSTANTIATE_TEST_SUITE_P(SendRows, DecodeValidation, ::testing::ValuesIn(kSendCases),
+                         [](const auto& info) { return info.param.name; });
+
 // --- write_kv: the cache is the output ---
 
 struct KvSetup {

@@ -217,7 +217,9 @@ TEST(CpuDecode, DeterministicAcrossRunsAndThreadCounts) {
                  TensorRef(lse.data(), DType::f32, {rows, spec.heads}),
                  spec.softmax_scale,
                  1.0f,
-                 TensorRef(ws.data(), DType::fp8_e4m3, {std::int64_t(ws.size())})};
+                 TensorRef(ws.data(), DType::fp8_e4m3, {std::int64_t(ws.size())}),
+                 /*send_world=*/0,
+                 /*send=*/{}};
     be->decode(a, nullptr);
     be->decode(a, nullptr);  // a second run over the same buffers changes nothing
     return std::make_pair(out, lse);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -19,6 +20,7 @@ using gpu_testing::encode;
 using gpu_testing::make_backend;
 using gpu_testing::on_cpu;
 using gpu_testing::run_decode;
+using gpu_testing::SendRows;
 using gpu_testing::to_device;
 using gpu_testing::to_host;
 using testing::custom_scenario;
@@ -292,6 +294,46 @@ TEST(CudaBackend, BulkCopyBlockSizesMatchCpuBackend) {
         // bf16 probabilities into V on the tensor cores: see DecodeMatchesCpuBackend.
         testing::expect_rows_close(got, want, on_cpu() ? 1e-4 : 1e-2, 1e-4);
         if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// The decode that writes the a2a send rows itself (DecodeArgs::send) against the decode into f32
+// rows followed by combine_pack, on the GPU: the same bytes, for both payloads, the tensor-core
+// and the FMA kernels, split requests (the split merge writes those rows) and padding rows.
+TEST(CudaBackend, DecodeIntoSendRowsEqualsDecodeThenPack) {
+  DCPMLA_REQUIRE_GPU();
+  auto be = make_backend();
+  int seed = 300;
+  for (DType q : {DType::bf16, DType::f32}) {
+    for (int H : {128, 16, 6}) {
+      for (int chunk_blocks : {0, 1}) {
+        sim::ScenarioSpec spec;
+        spec.world = 2;
+        spec.heads = H;
+        spec.block_size = 64;
+        spec.kv_dtype = DType::bf16;
+        spec.q_dtype = q;
+        spec.seed = seed++;
+        const sim::Scenario sc = custom_scenario(spec, {1, 8, 3}, {900, 5000, 70},
+                                                 {Mask::causal, Mask::causal, Mask::full},
+                                                 /*padding=*/2);
+        PlanLimits limits;
+        limits.kv_chunk_blocks = chunk_blocks;
+        for (DType payload : {DType::bf16, DType::f32}) {
+          const int W = H == 6 ? 3 : 2;
+          SCOPED_TRACE(testing::describe(spec) + " chunk " + std::to_string(chunk_blocks) +
+                       " payload " + to_string(payload));
+          const SendRows fused{W, payload, true}, separate{W, payload, false};
+          const auto got = run_decode(*be, sc, 1, limits, DType::f32, true, nullptr, &fused);
+          const auto want = run_decode(*be, sc, 1, limits, DType::f32, true, nullptr, &separate);
+          ASSERT_EQ(got.send.size(), want.send.size());
+          ASSERT_EQ(std::memcmp(got.send.data(), want.send.data(), got.send.size()), 0);
+          if (chunk_blocks == 1) {
+            EXPECT_GT(got.plan.num_partial_rows, 0);
+          }
+        }
       }
     }
   }

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <random>
 
 #include "cuda/decode_kernel.cuh"
@@ -84,29 +85,38 @@ void run_kernel(const DecodeParams& p, int num_tiles) {
                        [&] { decode_kernel<QS, C>(p); });
 }
 
-// The CUDA decode path with the kernel emulated: launch plan, tiles, then the split merge and
-// the padding fill done on the host the way split_merge.cu and fill_padding.cu do them.
-Result emulated_decode(const sim::Scenario& sc, int rank, const Batch& rb, const PlanLimits& limits,
-                       DType out_dtype) {
-  const auto& spec = sc.spec;
-  HostKvCache cache = make_cache(sc, rank);
-  const Plan plan = make_plan(
-      rb,
-      {{spec.world, rank, spec.interleave}, spec.heads, spec.block_size, sc.num_blocks, limits});
-  const LaunchPlan lp = build_launch_plan(plan);
-  const int H = spec.heads;
-  const std::int64_t rows = plan.num_rows;
-  const auto q = encode_q(sc);
-  std::vector<std::uint8_t> out(std::size_t(rows) * H * kLatentDim * dtype_size(out_dtype), 0xee);
-  std::vector<float> lse(std::size_t(rows) * H, 123.0f);
-  std::vector<float> ws(decode_workspace_bytes(plan) / 4 + 1, 77.0f);
-  const bool fp8 = spec.kv_dtype == DType::fp8_e4m3;
-  const KvCacheRef ref = cache.ref();
-
+// One emulated launch of the decode tiles: the rank's cache, plan, launch plan, query and
+// workspace, and the kernel parameters over them, final rows unset.
+struct TileRun {
+  HostKvCache cache;
+  Plan plan;
+  LaunchPlan lp;
+  std::vector<std::uint8_t> q;
+  std::vector<float> ws;
   DecodeParams p{};
-  p.tiles = lp.tiles.data();
-  p.row_bound = plan.row_local_bound.data();
-  p.q = q.data();
+};
+
+std::unique_ptr<TileRun> prepare_tiles(const sim::Scenario& sc, int rank, const Batch& rb,
+                                       const PlanLimits& limits) {
+  const auto& spec = sc.spec;
+  auto run = std::make_unique<TileRun>(TileRun{make_cache(sc, rank),
+                                               make_plan(rb, {{spec.world, rank, spec.interleave},
+                                                              spec.heads,
+                                                              spec.block_size,
+                                                              sc.num_blocks,
+                                                              limits}),
+                                               {},
+                                               encode_q(sc),
+                                               {}});
+  run->lp = build_launch_plan(run->plan);
+  run->ws.assign(decode_workspace_bytes(run->plan) / 4 + 1, 77.0f);
+  const int H = spec.heads;
+  const bool fp8 = spec.kv_dtype == DType::fp8_e4m3;
+  const KvCacheRef ref = run->cache.ref();
+  DecodeParams& p = run->p;
+  p.tiles = run->lp.tiles.data();
+  p.row_bound = run->plan.row_local_bound.data();
+  p.q = run->q.data();
   p.cache = ref.data;
   p.block_table = rb.block_table.data();
   p.max_blocks = rb.max_blocks;
@@ -115,12 +125,14 @@ Result emulated_decode(const sim::Scenario& sc, int rank, const Batch& rb, const
   p.num_heads = H;
   p.score_scale = spec.softmax_scale * (fp8 ? ref.k_scale : 1.0f);
   p.out_scale = fp8 ? ref.k_scale : 1.0f;
-  p.out = out.data();
-  p.out_bf16 = out_dtype == DType::bf16;
-  p.lse = lse.data();
-  p.partial_out = ws.data();
-  p.partial_lse = ws.data() + std::size_t(plan.num_partial_rows) * H * kLatentDim;
-  const int n = int(lp.tiles.size());
+  p.partial_out = run->ws.data();
+  p.partial_lse = run->ws.data() + std::size_t(run->plan.num_partial_rows) * H * kLatentDim;
+  return run;
+}
+
+void run_tiles(const sim::ScenarioSpec& spec, const TileRun& run) {
+  const DecodeParams& p = run.p;
+  const int n = int(run.lp.tiles.size());
   const bool qb = spec.q_dtype == DType::bf16;
   switch (spec.kv_dtype) {
     case DType::f32:
@@ -133,7 +145,21 @@ Result emulated_decode(const sim::Scenario& sc, int rank, const Batch& rb, const
       qb ? run_kernel<bf16_bits, CacheKind::fp8>(p, n) : run_kernel<float, CacheKind::fp8>(p, n);
       break;
   }
-  for (const MergeRow& m : lp.merge_rows) {
+}
+
+// The CUDA decode path with the kernel emulated: launch plan, tiles, then the split merge and
+// the padding fill done on the host the way split_merge.cu and fill_padding.cu do them.
+Result emulated_decode(const sim::Scenario& sc, int rank, const Batch& rb, const PlanLimits& limits,
+                       DType out_dtype) {
+  const auto run = prepare_tiles(sc, rank, rb, limits);
+  const int H = sc.spec.heads;
+  const std::int64_t rows = run->plan.num_rows;
+  std::vector<std::uint8_t> out(std::size_t(rows) * H * kLatentDim * dtype_size(out_dtype), 0xee);
+  std::vector<float> lse(std::size_t(rows) * H, 123.0f);
+  DecodeParams& p = run->p;
+  p.final_rows = {out.data(), lse.data(), out_dtype == DType::bf16, 0, 0};
+  run_tiles(sc.spec, *run);
+  for (const MergeRow& m : run->lp.merge_rows) {
     for (int h = 0; h < H; ++h) {
       const std::int64_t first = std::int64_t(m.first_partial_row) * H + h;
       const long stride = long(m.split_stride_rows) * H;
@@ -143,7 +169,7 @@ Result emulated_decode(const sim::Scenario& sc, int rank, const Batch& rb, const
                                        stride * kLatentDim, p.partial_lse + first, stride,
                                        kLatentDim, merged, [](float x) { return x; });
       for (int d = 0; d < kLatentDim; ++d) {
-        if (p.out_bf16) {
+        if (p.final_rows.bf16) {
           const std::uint16_t v = float_to_bf16(merged[d]);
           std::memcpy(&out[(row * kLatentDim + d) * 2], &v, 2);
         } else {
@@ -152,7 +178,7 @@ Result emulated_decode(const sim::Scenario& sc, int rank, const Batch& rb, const
       }
     }
   }
-  for (std::int64_t i = lp.padding_begin * H; i < lp.padding_end * H; ++i) {
+  for (std::int64_t i = run->lp.padding_begin * H; i < run->lp.padding_end * H; ++i) {
     std::memset(&out[i * kLatentDim * dtype_size(out_dtype)], 0,
                 kLatentDim * dtype_size(out_dtype));
     lse[i] = -INFINITY;
@@ -241,6 +267,47 @@ TEST(CudaDecodeEmulation, FlattenedAndNativeGiveTheSameBits) {
         const Result flattened = emulated_decode(sc, rank, flat, limits, DType::f32);
         ASSERT_EQ(std::memcmp(native.out.data(), flattened.out.data(), native.out.size() * 4), 0);
         ASSERT_EQ(std::memcmp(native.lse.data(), flattened.lse.data(), native.lse.size() * 4), 0);
+      }
+    }
+  }
+}
+
+// The other output form (DecodeArgs::send): the kernel writes each unsplit row's O and LSE
+// straight into the a2a send rows. They must hold exactly what combine_pack makes of the plain
+// f32 decode (bf16 payload: the same rounding of the same floats; f32: the same floats).
+TEST(CudaDecodeEmulation, SendRowsAreThePackOfThePlainDecode) {
+  int seed = 60;
+  for (DType payload : {DType::bf16, DType::f32}) {
+    for (int H : {16, 3}) {
+      const sim::Scenario sc = small_case(DType::bf16, DType::bf16, H, 16, seed++);
+      const int W = H == 16 ? 4 : 3, rank = seed % 2;
+      SCOPED_TRACE(testing::describe(sc.spec) + " payload " + to_string(payload));
+      const PlanLimits no_split;  // the split merge is not part of the kernel
+      const auto plain = prepare_tiles(sc, rank, sc.batch, no_split);
+      ASSERT_TRUE(plain->lp.merge_rows.empty());
+      const std::int64_t rows = plain->plan.num_rows, real = plain->lp.padding_begin;
+      std::vector<float> out(std::size_t(rows) * H * kLatentDim), lse(std::size_t(rows) * H);
+      plain->p.final_rows = {out.data(), lse.data(), false, 0, 0};
+      run_tiles(sc.spec, *plain);
+      const std::int64_t row = packed_row(payload), slots = W * rows * (H / W) * row;
+      const std::size_t bytes = std::size_t(slots) * dtype_size(payload);
+      std::vector<std::uint8_t> want(bytes, 0xee), got(bytes, 0xee);
+      make_cpu_backend(1)->combine_pack(
+          {W, TensorRef(out.data(), DType::f32, {rows, H, kLatentDim}),
+           TensorRef(lse.data(), DType::f32, {rows, H}),
+           TensorRef(want.data(), payload, {W, rows, H / W, row})},
+          nullptr);
+      const auto packed = prepare_tiles(sc, rank, sc.batch, no_split);
+      packed->p.final_rows = {got.data(), nullptr, payload == DType::bf16, H / W, rows};
+      run_tiles(sc.spec, *packed);
+      // The kernel writes the real rows; padding rows are the padding fill's.
+      const std::size_t row_bytes = std::size_t(row) * dtype_size(payload);
+      for (std::int64_t n = 0; n < real; ++n) {
+        for (int h = 0; h < H; ++h) {
+          const std::size_t at = std::size_t(((h / (H / W)) * rows + n) * (H / W) + h % (H / W));
+          ASSERT_EQ(std::memcmp(&got[at * row_bytes], &want[at * row_bytes], row_bytes), 0)
+              << "row " << n << " head " << h;
+        }
       }
     }
   }

@@ -85,8 +85,17 @@ inline std::vector<float> decode_values(const std::vector<std::uint8_t>& b, DTyp
 
 struct DecodeRun {
   Plan plan;
-  std::vector<float> out;  // [rows, H, 512]
-  std::vector<float> lse;  // [rows, H]
+  std::vector<float> out;          // [rows, H, 512]
+  std::vector<float> lse;          // [rows, H]
+  std::vector<std::uint8_t> send;  // SendRows only: [W, rows, H / W, packed_row] bytes
+};
+
+// The a2a send rows of a decode (DecodeArgs::send): written by the decode itself, or by an f32
+// decode and then combine_pack.
+struct SendRows {
+  int world = 2;
+  DType payload = DType::bf16;
+  bool in_decode = true;
 };
 
 // One rank's Backend::decode over all H heads (no collectives). The rank cache is written on the
@@ -94,7 +103,7 @@ struct DecodeRun {
 // uploaded as they are, so every backend reads identical cache contents.
 inline DecodeRun run_decode(Backend& be, const sim::Scenario& sc, int rank,
                             const PlanLimits& limits, DType out_dtype, bool poison = true,
-                            const Batch* run_batch = nullptr) {
+                            const Batch* run_batch = nullptr, const SendRows* send = nullptr) {
   const auto& spec = sc.spec;
   const Batch& batch = sc.batch;
   const Batch& rb = run_batch ? *run_batch : batch;
@@ -123,6 +132,25 @@ inline DecodeRun run_decode(Backend& be, const sim::Scenario& sc, int rank,
   args.lse = lse.tensor(DType::f32, {rows, H});
   args.softmax_scale = spec.softmax_scale;
   args.workspace = ws.tensor(DType::fp8_e4m3, {std::int64_t(ws.bytes())});
+  if (send) {
+    const std::int64_t W = send->world, row = packed_row(send->payload);
+    const std::vector<std::uint8_t> garbage(
+        std::size_t(W * rows * (H / W) * row) * dtype_size(send->payload), 0xee);
+    const DeviceBuffer rows_buf = to_device(be, garbage);
+    const TensorRef send_rows = rows_buf.tensor(send->payload, {W, rows, H / W, row});
+    if (send->in_decode) {
+      args.out = {};
+      args.lse = {};
+      args.send_world = send->world;
+      args.send = send_rows;
+      be.decode(args, nullptr);
+    } else {
+      be.decode(args, nullptr);
+      be.combine_pack({send->world, args.out, args.lse, send_rows}, nullptr);
+    }
+    r.send = to_host<std::uint8_t>(be, rows_buf.data(), rows_buf.bytes());
+    return r;
+  }
   be.decode(args, nullptr);
   r.out = decode_values(to_host<std::uint8_t>(be, out.data(), out.bytes()), out_dtype);
   r.lse = to_host<float>(be, lse.data(), std::size_t(rows) * H);
