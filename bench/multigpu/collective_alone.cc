@@ -8,12 +8,14 @@ std::string CollectiveCall::name() const {
 
 std::size_t CollectiveCall::send_bytes(int world) const {
   const std::size_t chunk = count * dtype_size(dtype);
-  return op == CollectiveOp::all_gather ? chunk : chunk * std::size_t(world);
+  if (op == CollectiveOp::all_gather) return chunk;
+  return chunk * std::size_t(op == CollectiveOp::all_to_all_peers ? world - 1 : world);
 }
 
 std::size_t CollectiveCall::recv_bytes(int world) const {
   const std::size_t chunk = count * dtype_size(dtype);
-  return op == CollectiveOp::reduce_scatter_sum ? chunk : chunk * std::size_t(world);
+  if (op == CollectiveOp::reduce_scatter_sum) return chunk;
+  return chunk * std::size_t(op == CollectiveOp::all_to_all_peers ? world - 1 : world);
 }
 
 void CollectiveRecorder::all_gather(const void* send, void* recv, std::size_t count, DType dtype,
@@ -34,6 +36,12 @@ void CollectiveRecorder::all_to_all(const void* send, void* recv, std::size_t co
   inner_.all_to_all(send, recv, count, dtype, s);
 }
 
+void CollectiveRecorder::all_to_all_peers(const void* send, void* recv, std::size_t count,
+                                          DType dtype, Stream s) {
+  pending_ = CollectiveCall{{}, CollectiveOp::all_to_all_peers, send, recv, count, dtype};
+  inner_.all_to_all_peers(send, recv, count, dtype, s);
+}
+
 void CollectiveRecorder::mark_launch(DcpLaunch launch, Stream) {
   if (!is_collective(launch) || !pending_) return;
   pending_->launch = launch;
@@ -52,6 +60,9 @@ void replay(const CollectiveCall& c, Communicator& comm, Stream s) {
       return;
     case CollectiveOp::all_to_all:
       comm.all_to_all(c.send, c.recv, c.count, c.dtype, s);
+      return;
+    case CollectiveOp::all_to_all_peers:
+      comm.all_to_all_peers(c.send, c.recv, c.count, c.dtype, s);
       return;
   }
 }

@@ -14,7 +14,7 @@
 
 namespace dcpmla::bench {
 
-enum class CollectiveOp { all_gather, reduce_scatter_sum, all_to_all };
+enum class CollectiveOp { all_gather, reduce_scatter_sum, all_to_all, all_to_all_peers };
 
 // One collective call as dcp_step made it on one rank.
 struct CollectiveCall {
@@ -26,8 +26,10 @@ struct CollectiveCall {
   DType dtype = DType::f32;
   // "<launch>/<dtype>", e.g. "nccl_all_gather_q/bf16": the key of the collective-alone figures.
   std::string name() const;
-  std::size_t send_bytes(int world) const;  // this rank's send buffer
-  std::size_t recv_bytes(int world) const;  // this rank's receive buffer
+  // The bytes this rank's call reads from send and writes to recv (all_to_all_peers: the peers'
+  // chunks only).
+  std::size_t send_bytes(int world) const;
+  std::size_t recv_bytes(int world) const;
 };
 
 // Forwards every collective to `inner`. As the step's DcpStepTimer (pass it as DcpStepArgs::timer
@@ -41,6 +43,8 @@ class CollectiveRecorder final : public Communicator, public DcpStepTimer {
   void all_gather(const void* send, void* recv, std::size_t count, DType dtype, Stream s) override;
   void reduce_scatter_sum(const float* send, float* recv, std::size_t count, Stream s) override;
   void all_to_all(const void* send, void* recv, std::size_t count, DType dtype, Stream s) override;
+  void all_to_all_peers(const void* send, void* recv, std::size_t count, DType dtype,
+                        Stream s) override;
   void mark(DcpStepPoint, Stream) override {}
   void mark_launch(DcpLaunch launch, Stream s) override;
 

@@ -86,6 +86,11 @@ struct CombineMergeArgs {
   TensorRef recv;  // [W, N, Hl, 513] f32 or [W, N, Hl, 514] bf16 (see kPackedRowBf16)
   TensorRef out;   // [N, Hl, 512] f32 or bf16
   TensorRef lse;   // [N, Hl] f32
+  // Optional: partial `own_rank` is read from own [N, Hl, row] (recv's dtype) instead of from
+  // recv, which then need not hold it: the rank's own rows stay in its send buffer and the
+  // exchange copies only the peers' (Communicator::all_to_all_peers). -1: every partial in recv.
+  int own_rank = -1;
+  TensorRef own;
 };
 void validate(const CombineMergeArgs& args);
 

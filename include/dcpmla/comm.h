@@ -26,6 +26,13 @@ class Communicator {
   // recv [world, count] chunk r <- rank r's send chunk `rank`; send is [world, count].
   virtual void all_to_all(const void* send, void* recv, std::size_t count, DType dtype,
                           Stream s) = 0;
+  // The same exchange for a caller that reads its own chunk from send: recv chunk `rank` may be
+  // left as it was, so an implementation can skip that copy. The default makes the full
+  // all_to_all.
+  virtual void all_to_all_peers(const void* send, void* recv, std::size_t count, DType dtype,
+                                Stream s) {
+    all_to_all(send, recv, count, dtype, s);
+  }
 };
 
 // W ranks as threads of one process whose buffers all live in one address space (host memory, or

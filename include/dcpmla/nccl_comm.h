@@ -58,9 +58,14 @@ class NcclCommunicator final : public Communicator {
   // recv chunk r <- rank r's send chunk `rank`, both [world, count] (one ncclSend and ncclRecv per
   // peer in one group). send and recv must not overlap.
   void all_to_all(const void* send, void* recv, std::size_t count, DType dtype, Stream s) override;
+  // all_to_all without the rank's own chunk (no send to itself): recv chunk `rank` is untouched.
+  void all_to_all_peers(const void* send, void* recv, std::size_t count, DType dtype,
+                        Stream s) override;
 
  private:
   NcclCommunicator(ncclComm_t comm, bool owned);
+  void send_recv_chunks(const void* send, void* recv, std::size_t count, DType dtype, Stream s,
+                        bool own_chunk);
   ncclComm_t comm_;
   bool owned_;
   int rank_ = 0;

@@ -194,9 +194,13 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
       backend.combine_pack({W, partial_out, partial_lse, send}, s);
       launched(DcpLaunch::kernel_pack);
     }
-    comm.all_to_all(send.data, recv.data, std::size_t(N * Hl * row), pt, s);
+    // This rank's own rows stay in send (chunk `rank`): only the peers' chunks move.
+    comm.all_to_all_peers(send.data, recv.data, std::size_t(N * Hl * row), pt, s);
     launched(DcpLaunch::nccl_all_to_all);
-    backend.combine_merge({recv, a.out, a.lse}, s);
+    const TensorRef own(static_cast<std::uint8_t*>(send.data) +
+                            std::size_t(sh.rank * N * Hl * row) * dtype_size(pt),
+                        pt, {N, Hl, row});
+    backend.combine_merge({recv, a.out, a.lse, sh.rank, own}, s);
     launched(DcpLaunch::kernel_merge);
   }
   mark(DcpStepPoint::combined);

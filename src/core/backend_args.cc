@@ -106,6 +106,10 @@ void validate(const CombineMergeArgs& a) {
   check_tensor(a.recv, "recv", {DType::f32, DType::bf16}, {W, N, Hl, packed_row(a.recv.dtype)});
   check_tensor(a.out, "out", {DType::f32, DType::bf16}, {N, Hl, kLatentDim});
   check_tensor(a.lse, "lse", DType::f32, {N, Hl});
+  if (a.own_rank == -1 && a.own.data == nullptr && a.own.shape.empty()) return;
+  require(a.own_rank >= 0 && a.own_rank < W, ErrorCode::out_of_range, "own_rank",
+          fmt::format("-1, or a rank in [0, {}) with own", W), std::to_string(a.own_rank));
+  check_tensor(a.own, "own", a.recv.dtype, {N, Hl, packed_row(a.recv.dtype)});
 }
 
 void validate(const UnpackQueryArgs& a) {

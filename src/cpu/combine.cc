@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "dcpmla/merge.h"
 #include "elements.h"
@@ -104,24 +105,38 @@ void combine_merge(ThreadPool& pool, const CombineMergeArgs& a) {
   const std::int64_t W = a.recv.shape[0], N = a.recv.shape[1], Hl = a.recv.shape[2];
   const bool bf16 = a.recv.dtype == DType::bf16;
   const std::int64_t row = packed_row(a.recv.dtype);
-  const long peer_stride = long(N * Hl * row);  // in payload elements
-  const std::size_t elem = dtype_size(a.out.dtype);
+  const std::size_t elem = dtype_size(a.out.dtype), slot = dtype_size(a.recv.dtype);
+  const bool own = a.own_rank >= 0;
   pool.parallel_for(N, [&](std::int64_t n, int) {
     float merged[kLatentDim];
+    // With own: item i's W rows copied next to each other (partial own_rank from own).
+    std::vector<std::uint8_t> rows(own ? std::size_t(W * row) * slot : 0);
     for (std::int64_t h = 0; h < Hl; ++h) {
       const std::int64_t i = n * Hl + h;
+      const auto* first = a.recv.as<const std::uint8_t>() + std::size_t(i * row) * slot;
+      long peer_stride = long(N * Hl * row);  // in payload elements
+      if (own) {
+        for (std::int64_t r = 0; r < W; ++r) {
+          const auto* src = r == a.own_rank
+                                ? a.own.as<const std::uint8_t>() + std::size_t(i * row) * slot
+                                : first + std::size_t(r * peer_stride) * slot;
+          std::memcpy(&rows[std::size_t(r * row) * slot], src, std::size_t(row) * slot);
+        }
+        first = rows.data();
+        peer_stride = long(row);
+      }
       auto identity = [](float x) { return x; };
       float l;
       if (bf16) {
         // The LSE's bits sit in slots 512-513: 4-byte aligned, as the row is 1028 bytes.
-        const auto* first = a.recv.as<const std::uint16_t>() + i * row;
-        const auto* lse = reinterpret_cast<const float*>(first + kLatentDim);
-        l = merge::merge_partials(int(W), first, peer_stride, lse, peer_stride / 2, kLatentDim,
-                                  merged, identity);
+        const auto* o = reinterpret_cast<const std::uint16_t*>(first);
+        const auto* lse = reinterpret_cast<const float*>(o + kLatentDim);
+        l = merge::merge_partials(int(W), o, peer_stride, lse, peer_stride / 2, kLatentDim, merged,
+                                  identity);
       } else {
-        const float* first = a.recv.as<const float>() + i * row;
-        l = merge::merge_partials(int(W), first, peer_stride, first + kLatentDim, peer_stride,
-                                  kLatentDim, merged, identity);
+        const auto* o = reinterpret_cast<const float*>(first);
+        l = merge::merge_partials(int(W), o, peer_stride, o + kLatentDim, peer_stride, kLatentDim,
+                                  merged, identity);
       }
       a.lse.as<float>()[i] = l;
       store_f32(merged, kLatentDim, 1.0f, a.out.dtype,

@@ -1,8 +1,9 @@
 // a2a merge on the receiver: the W packed partials [W, N, Hl, row] of this rank's heads (row: 513
-// floats, or 514 bf16 slots with the fp32 LSE in the last two) -> out [N, Hl, 512] (f32 or bf16)
-// and lse [N, Hl], with the algebra of merge::merge_partials (fp32 either way): the merged L
-// folds the peers' L in rank order, and out[d] = sum over r in rank order of w_r * o_r[d],
-// skipping zero weights, each term added as in merge_partials (`sum += w * o`).
+// floats, or 514 bf16 slots with the fp32 LSE in the last two; partial own_rank from own
+// [N, Hl, row] when given) -> out [N, Hl, 512] (f32 or bf16) and lse [N, Hl], with the algebra
+// of merge::merge_partials (fp32 either way): the merged L folds the peers' L in rank order, and
+// out[d] = sum over r in rank order of w_r * o_r[d], skipping zero weights, each term added as in
+// merge_partials (`sum += w * o`).
 #include "check.h"
 #include "dcpmla/merge.h"
 #include "device_common.cuh"
@@ -30,7 +31,7 @@ __device__ __forceinline__ float load_lse(const Payload* row) {
 }
 
 // Dims 2 d and 2 d + 1 of a peer's row as floats (the rows are only 4-byte aligned: 2052 or 1028
-// bytes). bf16 payload with kFast (recv 4-byte aligned): one 32-bit load.
+// bytes). bf16 payload with kFast (recv and own 4-byte aligned): one 32-bit load.
 template <class Payload, bool kFast>
 __device__ __forceinline__ void load_pair(const Payload* row, int d, float& a, float& b) {
   if constexpr (sizeof(Payload) == 4) {
@@ -46,6 +47,15 @@ __device__ __forceinline__ void load_pair(const Payload* row, int d, float& a, f
   }
 }
 
+// Peer r's row of item (row * Hl + local head) `item`: recv chunk r, or own for own_rank.
+template <class Payload>
+__device__ __forceinline__ const Payload* peer_row(const Payload* recv, const Payload* own,
+                                                   int own_rank, int r, std::int64_t items,
+                                                   std::int64_t item) {
+  constexpr int kRow = sizeof(Payload) == 4 ? kPackedRow : kPackedRowBf16;
+  return (r == own_rank ? own : recv + r * items * kRow) + item * kRow;
+}
+
 // One block per kItems consecutive items (grid-stride past 65536 blocks); thread t owns dims
 // 2t, 2t + 1 of each. Per step: the payload loads of the first kGroup peers are issued (all
 // items, unconditionally: a payload behind a zero weight is read but never used), then the block
@@ -55,33 +65,31 @@ __device__ __forceinline__ void load_pair(const Payload* row, int d, float& a, f
 // out_vec: out 8-byte aligned (float2 / 32-bit stores of the pair), else one element at a time.
 template <class Payload, bool kFast, int kGroup>
 __global__ void __launch_bounds__(kThreads)
-    combine_merge_kernel(int W, std::int64_t items, const Payload* recv, void* out, bool out_bf16,
-                         bool out_vec, float* lse) {
+    combine_merge_kernel(int W, std::int64_t items, const Payload* recv, const Payload* own,
+                         int own_rank, void* out, bool out_bf16, bool out_vec, float* lse) {
   constexpr int kItems = items_per_block(kGroup);
-  constexpr int kRow = sizeof(Payload) == 4 ? kPackedRow : kPackedRowBf16;
   extern __shared__ float smem[];
   float* s_lse = smem;                               // [kItems][W] the peers' LSE
   float* s_weight = smem + std::size_t(kItems) * W;  // [kItems][W]
   __shared__ float s_merged[kItems];
-  const std::int64_t peer_stride = items * kRow;  // payload elements
   const int d = 2 * int(threadIdx.x);
   for (std::int64_t first = std::int64_t(blockIdx.x) * kItems; first < items;
        first += std::int64_t(gridDim.x) * kItems) {
     const int n_items = int(std::min<std::int64_t>(kItems, items - first));
-    const Payload* rows = recv + first * kRow;  // peer 0's row of item `first`
     float v[kGroup][kItems][2];
 #pragma unroll
     for (int r = 0; r < kGroup; ++r) {
 #pragma unroll
       for (int i = 0; i < kItems; ++i) {
         if (r < W && i < n_items) {
-          load_pair<Payload, kFast>(rows + r * peer_stride + i * kRow, d, v[r][i][0], v[r][i][1]);
+          load_pair<Payload, kFast>(peer_row(recv, own, own_rank, r, items, first + i), d,
+                                    v[r][i][0], v[r][i][1]);
         }
       }
     }
     for (int j = int(threadIdx.x); j < n_items * W; j += kThreads) {
       const int i = j / W, r = j - i * W;
-      s_lse[j] = load_lse<Payload, kFast>(rows + r * peer_stride + i * kRow);
+      s_lse[j] = load_lse<Payload, kFast>(peer_row(recv, own, own_rank, r, items, first + i));
     }
     __syncthreads();
     if (int(threadIdx.x) < n_items) {
@@ -106,8 +114,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
           for (int i = 0; i < kItems; ++i) {
             if (r0 + r < W && i < n_items) {
-              load_pair<Payload, kFast>(rows + (r0 + r) * peer_stride + i * kRow, d, v[r][i][0],
-                                        v[r][i][1]);
+              load_pair<Payload, kFast>(peer_row(recv, own, own_rank, r0 + r, items, first + i), d,
+                                        v[r][i][0], v[r][i][1]);
             }
           }
         }
@@ -156,12 +164,13 @@ void launch(const CombineMergeArgs& a, int W, std::int64_t items, cudaStream_t s
   const bool out_bf16 = a.out.dtype == DType::bf16;
   const bool out_vec = reinterpret_cast<std::uintptr_t>(a.out.data) % 8 == 0;
   const auto* recv = static_cast<const Payload*>(a.recv.data);
+  const auto* own = static_cast<const Payload*>(a.own.data);
   if (W <= 2) {
     combine_merge_kernel<Payload, kFast, 2><<<grid(2), kThreads, smem(2), s>>>(
-        W, items, recv, a.out.data, out_bf16, out_vec, a.lse.as<float>());
+        W, items, recv, own, a.own_rank, a.out.data, out_bf16, out_vec, a.lse.as<float>());
   } else {
     combine_merge_kernel<Payload, kFast, 4><<<grid(4), kThreads, smem(4), s>>>(
-        W, items, recv, a.out.data, out_bf16, out_vec, a.lse.as<float>());
+        W, items, recv, own, a.own_rank, a.out.data, out_bf16, out_vec, a.lse.as<float>());
   }
 }
 
@@ -172,7 +181,10 @@ void combine_merge(const CombineMergeArgs& a, cudaStream_t s) {
   const std::int64_t W = a.recv.shape[0], items = a.recv.shape[1] * a.recv.shape[2];
   if (items == 0) return;
   if (a.recv.dtype == DType::bf16) {
-    if (reinterpret_cast<std::uintptr_t>(a.recv.data) % 4 == 0) {
+    const auto aligned4 = [](const void* p) {
+      return reinterpret_cast<std::uintptr_t>(p) % 4 == 0;
+    };
+    if (aligned4(a.recv.data) && aligned4(a.own.data)) {
       launch<bf16_bits, true>(a, int(W), items, s);
     } else {
       launch<bf16_bits, false>(a, int(W), items, s);

@@ -81,6 +81,16 @@ void NcclCommunicator::reduce_scatter_sum(const float* send, float* recv, std::s
 
 void NcclCommunicator::all_to_all(const void* send, void* recv, std::size_t count, DType dtype,
                                   Stream s) {
+  send_recv_chunks(send, recv, count, dtype, s, true);
+}
+
+void NcclCommunicator::all_to_all_peers(const void* send, void* recv, std::size_t count,
+                                        DType dtype, Stream s) {
+  send_recv_chunks(send, recv, count, dtype, s, false);
+}
+
+void NcclCommunicator::send_recv_chunks(const void* send, void* recv, std::size_t count,
+                                        DType dtype, Stream s, bool own_chunk) {
   const ncclDataType_t type = nccl::nccl_dtype(dtype);
   nccl::check(nccl::all_to_all_args(send, recv, count, dtype, world_, rank_));
   if (count == 0) return;
@@ -94,6 +104,7 @@ void NcclCommunicator::all_to_all(const void* send, void* recv, std::size_t coun
   ncclResult_t failed = ncclSuccess;
   const char* failed_call = "";
   for (int peer = 0; peer < world_ && failed == ncclSuccess; ++peer) {
+    if (peer == rank_ && !own_chunk) continue;
     const std::size_t offset = std::size_t(peer) * chunk;
     failed = ncclSend(from + offset, count, type, peer, comm_, as_stream(s));
     failed_call = "ncclSend";

@@ -832,7 +832,9 @@ TEST(Validation, CombineAndLayoutKernels) {
       [&] {
         be->combine_merge({TensorRef(send.data(), DType::fp8_e4m3, {2, N, 3, kPackedRow}),
                            TensorRef(po.data(), DType::f32, {N, 3, kLatentDim}),
-                           TensorRef(lse_out.data(), DType::f32, {N, 3})},
+                           TensorRef(lse_out.data(), DType::f32, {N, 3}),
+                           -1,
+                           {}},
                           nullptr);
       },
       ErrorCode::dtype_mismatch, "recv");
@@ -840,7 +842,9 @@ TEST(Validation, CombineAndLayoutKernels) {
       [&] {
         be->combine_merge({TensorRef(send.data(), DType::bf16, {2, N, 3, kPackedRow}),
                            TensorRef(po.data(), DType::f32, {N, 3, kLatentDim}),
-                           TensorRef(lse_out.data(), DType::f32, {N, 3})},
+                           TensorRef(lse_out.data(), DType::f32, {N, 3}),
+                           -1,
+                           {}},
                           nullptr);
       },
       ErrorCode::shape_mismatch, "recv");
@@ -848,10 +852,29 @@ TEST(Validation, CombineAndLayoutKernels) {
       [&] {
         be->combine_merge({TensorRef(po.data(), DType::f32, {2, N, 3, kPackedRow}),
                            TensorRef(send.data(), DType::f32, {N, 3, kLatentDim}),
-                           TensorRef(lse_out.data(), DType::f32, {N, 2})},
+                           TensorRef(lse_out.data(), DType::f32, {N, 2}),
+                           -1,
+                           {}},
                           nullptr);
       },
       ErrorCode::shape_mismatch, "lse");
+  // The own partial (CombineMergeArgs::own): a rank of the exchange, in recv's row layout.
+  auto merge_own = [&](int own_rank, TensorRef own) {
+    return [&, own_rank, own] {
+      be->combine_merge({TensorRef(po.data(), DType::f32, {2, N, 3, kPackedRow}),
+                         TensorRef(send.data(), DType::f32, {N, 3, kLatentDim}),
+                         TensorRef(lse_out.data(), DType::f32, {N, 3}), own_rank, own},
+                        nullptr);
+    };
+  };
+  const TensorRef own(pl.data(), DType::f32, {N, 3, kPackedRow});
+  expect_error(merge_own(2, own), ErrorCode::out_of_range, "own_rank");
+  expect_error(merge_own(-1, own), ErrorCode::out_of_range, "own_rank");
+  expect_error(merge_own(1, TensorRef(pl.data(), DType::f32, {N, 3, kLatentDim})),
+               ErrorCode::shape_mismatch, "own");
+  expect_error(merge_own(0, TensorRef(pl.data(), DType::bf16, {N, 3, kPackedRow})),
+               ErrorCode::dtype_mismatch, "own");
+  expect_error(merge_own(0, {}), ErrorCode::shape_mismatch, "own");
   expect_error(
       [&] {
         be->unpack_query({TensorRef(po.data(), DType::f32, {2, N, 1, kHeadDim}),

@@ -314,7 +314,9 @@ TEST(Combine, PackAllToAllMergeEqualsMergeAndNeverLeaksGarbage) {
       std::vector<float> lse(std::size_t(N) * Hl);
       be->combine_merge({TensorRef(recv.data(), DType::f32, {W, N, Hl, kPackedRow}),
                          TensorRef(out.data(), out_dt, {N, Hl, kLatentDim}),
-                         TensorRef(lse.data(), DType::f32, {N, Hl})},
+                         TensorRef(lse.data(), DType::f32, {N, Hl}),
+                         -1,
+                         {}},
                         nullptr);
       for (int n = 0; n < N; ++n) {
         for (int hl = 0; hl < Hl; ++hl) {
@@ -343,6 +345,41 @@ TEST(Combine, PackAllToAllMergeEqualsMergeAndNeverLeaksGarbage) {
           }
         }
       }
+    }
+  }
+}
+
+// The merge with the receiver's own partial read from its send buffer (CombineMergeArgs::own)
+// gives the bits of the merge of the full exchange, whatever the own chunk of recv holds.
+TEST(Combine, MergeReadsTheOwnPartialFromOwn) {
+  const int W = 3, N = 4, H = 6, Hl = H / W;
+  const auto p = make_partials(W, N, H, 23);
+  auto be = make_cpu_backend(2);
+  for (DType payload : {DType::f32, DType::bf16}) {
+    const std::int64_t row = packed_row(payload);
+    const std::size_t chunk = std::size_t(N * Hl * row) * dtype_size(payload);  // bytes
+    std::vector<std::uint8_t> full(W * chunk);
+    be->combine_pack({W, TensorRef(p.out.data(), DType::f32, {N, H, kLatentDim}),
+                      TensorRef(p.lse.data(), DType::f32, {N, H}),
+                      TensorRef(full.data(), payload, {W, N, Hl, row})},
+                     nullptr);
+    auto merged = [&](const std::vector<std::uint8_t>& recv, int own_rank, TensorRef own) {
+      std::vector<float> out(std::size_t(N) * Hl * (kLatentDim + 1));
+      be->combine_merge(
+          {TensorRef(const_cast<std::uint8_t*>(recv.data()), payload, {W, N, Hl, row}),
+           TensorRef(out.data(), DType::f32, {N, Hl, kLatentDim}),
+           TensorRef(out.data() + N * Hl * kLatentDim, DType::f32, {N, Hl}), own_rank, own},
+          nullptr);
+      return out;
+    };
+    const auto want = merged(full, -1, {});
+    for (int own_rank = 0; own_rank < W; ++own_rank) {
+      std::vector<std::uint8_t> holey = full;
+      std::fill_n(holey.begin() + own_rank * chunk, chunk, std::uint8_t(0xff));  // NaN
+      const auto got =
+          merged(holey, own_rank, TensorRef(full.data() + own_rank * chunk, payload, {N, Hl, row}));
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
+          << to_string(payload) << " own_rank " << own_rank;
     }
   }
 }

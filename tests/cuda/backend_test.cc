@@ -2,6 +2,7 @@
 // one rank (every dtype combination, splits, padding), the combine kernels, the merge vectors of
 // the SPEC, streams, graph capture and the argument checks.
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -658,6 +659,55 @@ TEST(CudaBackend, RejectsBadArgumentsBeforeLaunching) {
   }
 }
 
+// The a2a merge with the rank's own partial read from its send buffer (CombineMergeArgs::own: the
+// exchange moves the peers' rows only) gives the bytes of the merge of the full exchange, on the
+// GPU and on the CPU, while the receive buffer's own chunk holds NaN.
+TEST(CudaBackend, MergeReadsTheOwnPartialFromOwn) {
+  DCPMLA_REQUIRE_GPU();
+  auto gpu = make_backend();
+  auto cpu = make_cpu_backend(1);
+  const int N = 5, Hl = 3;
+  std::uint64_t seed = 40;
+  for (int W : {2, 3, 5}) {
+    for (DType payload : {DType::f32, DType::bf16}) {
+      const std::int64_t row = packed_row(payload);
+      const std::size_t chunk = std::size_t(N * Hl * row) * dtype_size(payload);  // bytes
+      // W peers' rows of Hl heads: the pack of random partials of W * Hl heads.
+      const auto po = random_floats(std::size_t(N) * W * Hl * kLatentDim, seed++);
+      const auto pl = random_lse(std::size_t(N) * W * Hl, seed++);
+      std::vector<std::uint8_t> full(W * chunk);
+      cpu->combine_pack({W, TensorRef(po.data(), DType::f32, {N, W * Hl, kLatentDim}),
+                         TensorRef(pl.data(), DType::f32, {N, W * Hl}),
+                         TensorRef(full.data(), payload, {W, N, Hl, row})},
+                        nullptr);
+      for (int own_rank : {0, W - 1}) {
+        std::vector<std::uint8_t> holey = full;
+        std::fill_n(holey.begin() + own_rank * chunk, chunk, std::uint8_t(0xff));  // NaN
+        const std::vector<std::uint8_t> own(full.begin() + own_rank * chunk,
+                                            full.begin() + (own_rank + 1) * chunk);
+        for (Backend* be : {gpu.get(), cpu.get()}) {
+          SCOPED_TRACE(fmt::format("{} W {} payload {} own_rank {}", be->name(), W,
+                                   to_string(payload), own_rank));
+          auto merged = [&](const std::vector<std::uint8_t>& recv, int rank) {
+            const DeviceBuffer drecv = to_device(*be, recv), down = to_device(*be, own);
+            DeviceBuffer out(*be, std::size_t(N) * Hl * kLatentDim * 4), lse(*be, N * Hl * 4);
+            be->combine_merge(
+                {drecv.tensor(payload, {W, N, Hl, row}),
+                 out.tensor(DType::f32, {N, Hl, kLatentDim}), lse.tensor(DType::f32, {N, Hl}), rank,
+                 rank < 0 ? TensorRef() : down.tensor(payload, {N, Hl, row})},
+                nullptr);
+            auto bytes = to_host<std::uint8_t>(*be, out.data(), out.bytes());
+            const auto l = to_host<std::uint8_t>(*be, lse.data(), lse.bytes());
+            bytes.insert(bytes.end(), l.begin(), l.end());
+            return bytes;
+          };
+          EXPECT_EQ(merged(holey, own_rank), merged(full, -1));
+        }
+      }
+    }
+  }
+}
+
 // The ag_rs and a2a combine pieces and the layout kernels against the CPU backend, with -inf,
 // NaN and +inf LSE values and NaN payloads behind them.
 TEST(CudaBackend, CombineKernelsMatchCpu) {
@@ -725,12 +775,17 @@ TEST(CudaBackend, CombineKernelsMatchCpu) {
     std::vector<float> lse_cpu(std::size_t(N) * Hl);
     cpu->combine_merge({TensorRef(recv.data(), DType::f32, {W, N, Hl, kPackedRow}),
                         TensorRef(out_cpu.data(), out, {N, Hl, kLatentDim}),
-                        TensorRef(lse_cpu.data(), DType::f32, {N, Hl})},
+                        TensorRef(lse_cpu.data(), DType::f32, {N, Hl}),
+                        -1,
+                        {}},
                        nullptr);
     DeviceBuffer dout(*be, out_cpu.size());
     DeviceBuffer dlse(*be, lse_cpu.size() * 4);
     be->combine_merge({drecv.tensor(DType::f32, {W, N, Hl, kPackedRow}),
-                       dout.tensor(out, {N, Hl, kLatentDim}), dlse.tensor(DType::f32, {N, Hl})},
+                       dout.tensor(out, {N, Hl, kLatentDim}),
+                       dlse.tensor(DType::f32, {N, Hl}),
+                       -1,
+                       {}},
                       nullptr);
     const auto got = decode_values(to_host<std::uint8_t>(*be, dout.data(), out_cpu.size()), out);
     for (float x : got) ASSERT_FALSE(std::isnan(x)) << "a NaN payload behind weight 0 leaked";
@@ -756,13 +811,17 @@ TEST(CudaBackend, CombineKernelsMatchCpu) {
   // Merged as a receiver would (this rank's packed rows standing for W peers' ones).
   cpu->combine_merge({TensorRef(packed16_cpu.data(), DType::bf16, {W, N, Hl, kPackedRowBf16}),
                       TensorRef(out16_cpu.data(), DType::f32, {N, Hl, kLatentDim}),
-                      TensorRef(lse16_cpu.data(), DType::f32, {N, Hl})},
+                      TensorRef(lse16_cpu.data(), DType::f32, {N, Hl}),
+                      -1,
+                      {}},
                      nullptr);
   DeviceBuffer dout16(*be, out16_cpu.size() * 4), dlse16(*be, lse16_cpu.size() * 4);
-  be->combine_merge(
-      {dpacked16.tensor(DType::bf16, {W, N, Hl, kPackedRowBf16}),
-       dout16.tensor(DType::f32, {N, Hl, kLatentDim}), dlse16.tensor(DType::f32, {N, Hl})},
-      nullptr);
+  be->combine_merge({dpacked16.tensor(DType::bf16, {W, N, Hl, kPackedRowBf16}),
+                     dout16.tensor(DType::f32, {N, Hl, kLatentDim}),
+                     dlse16.tensor(DType::f32, {N, Hl}),
+                     -1,
+                     {}},
+                    nullptr);
   expect_close(to_host<float>(*be, dout16.data(), out16_cpu.size()), out16_cpu, 1e-6,
                "combine_merge out (bf16 payload)");
   expect_close(to_host<float>(*be, dlse16.data(), lse16_cpu.size()), lse16_cpu, 1e-6,
@@ -835,10 +894,12 @@ TEST(CudaBackend, SpecMergeVectors) {
     recv[kPackedRow + kLatentDim] = v.l1;
     const DeviceBuffer dr = to_device(*be, recv);
     DeviceBuffer dout(*be, kLatentDim * 4), dlse(*be, 4);
-    be->combine_merge(
-        {dr.tensor(DType::f32, {2, 1, 1, kPackedRow}), dout.tensor(DType::f32, {1, 1, kLatentDim}),
-         dlse.tensor(DType::f32, {1, 1})},
-        nullptr);
+    be->combine_merge({dr.tensor(DType::f32, {2, 1, 1, kPackedRow}),
+                       dout.tensor(DType::f32, {1, 1, kLatentDim}),
+                       dlse.tensor(DType::f32, {1, 1}),
+                       -1,
+                       {}},
+                      nullptr);
     const auto o = to_host<float>(*be, dout.data(), kLatentDim);
     const float l = to_host<float>(*be, dlse.data(), 1)[0];
     EXPECT_NEAR(o[0], v.o0, 1e-6);

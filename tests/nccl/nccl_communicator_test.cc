@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -126,6 +127,7 @@ TEST(NcclCommunicator, ReduceScatterSumsEachRanksChunk) {
   EXPECT_EVERY_RANK_OK(errors);
 }
 
+// all_to_all, and all_to_all_peers, which leaves the rank's own chunk of recv alone.
 TEST(NcclCommunicator, AllToAllRoutesChunkRToRankR) {
   DCPMLA_REQUIRE_GPUS(2);
   const int W = world();
@@ -145,6 +147,12 @@ TEST(NcclCommunicator, AllToAllRoutesChunkRToRankR) {
       send.fill(mine);
       group.communicator(r).all_to_all(send.get(), recv.get(), count, t, nullptr);
       expect_same(recv.read(), want, std::string("all_to_all ") + to_string(t));
+      // Over the peers only: recv's own chunk keeps what it held.
+      std::vector<std::uint8_t> untouched(chunk * W, 0x5a);
+      recv.fill(untouched);
+      group.communicator(r).all_to_all_peers(send.get(), recv.get(), count, t, nullptr);
+      std::copy_n(untouched.begin(), chunk, want.begin() + std::ptrdiff_t(r * chunk));
+      expect_same(recv.read(), want, std::string("all_to_all_peers ") + to_string(t));
     }
   });
   EXPECT_EVERY_RANK_OK(errors);
