@@ -8,6 +8,7 @@
 #include "dcpmla/merge.h"
 #include "device_common.cuh"
 #include "kernels.h"
+#include "launch_config.h"
 
 namespace dcpmla::cuda {
 namespace {
@@ -73,6 +74,9 @@ __global__ void __launch_bounds__(kThreads)
   float* s_weight = smem + std::size_t(kItems) * W;  // [kItems][W]
   __shared__ float s_merged[kItems];
   const int d = 2 * int(threadIdx.x);
+  // Launched dependent on the all-to-all (launch_dependent): nothing is read or written before
+  // the wait.
+  wait_for_previous_grid();
   for (std::int64_t first = std::int64_t(blockIdx.x) * kItems; first < items;
        first += std::int64_t(gridDim.x) * kItems) {
     const int n_items = int(std::min<std::int64_t>(kItems, items - first));
@@ -165,13 +169,13 @@ void launch(const CombineMergeArgs& a, int W, std::int64_t items, cudaStream_t s
   const bool out_vec = reinterpret_cast<std::uintptr_t>(a.out.data) % 8 == 0;
   const auto* recv = static_cast<const Payload*>(a.recv.data);
   const auto* own = static_cast<const Payload*>(a.own.data);
-  if (W <= 2) {
-    combine_merge_kernel<Payload, kFast, 2><<<grid(2), kThreads, smem(2), s>>>(
-        W, items, recv, own, a.own_rank, a.out.data, out_bf16, out_vec, a.lse.as<float>());
-  } else {
-    combine_merge_kernel<Payload, kFast, 4><<<grid(4), kThreads, smem(4), s>>>(
-        W, items, recv, own, a.own_rank, a.out.data, out_bf16, out_vec, a.lse.as<float>());
-  }
+  // 2 * items_per_block * W floats of shared memory: under 48 KiB up to W = 1536.
+  const int group = W <= 2 ? 2 : 4;
+  const auto kernel = group == 2 ? combine_merge_kernel<Payload, kFast, 2>
+                                 : combine_merge_kernel<Payload, kFast, 4>;
+  launch_dependent(kernel, dim3(grid(group)), kThreads, smem(group), s,
+                   "combine_merge_kernel (cudaLaunchKernelEx)", W, items, recv, own, a.own_rank,
+                   a.out.data, out_bf16, out_vec, a.lse.as<float>());
 }
 
 }  // namespace
@@ -192,7 +196,6 @@ void combine_merge(const CombineMergeArgs& a, cudaStream_t s) {
   } else {
     launch<float, false>(a, int(W), items, s);
   }
-  check_launch("combine_merge_kernel<<<>>>");
 }
 
 }  // namespace dcpmla::cuda

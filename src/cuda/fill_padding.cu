@@ -51,7 +51,7 @@ void launch_fill_padding(const OutputRows& final_rows, const PlanHeader* header,
   // under a CUDA graph (launched for the row capacity) no longer runs tens of thousands of
   // mostly empty blocks every replay.
   const unsigned blocks = std::min(grid_blocks(count * kLatentDim, kThreads), kMaxBlocks);
-  launch_dependent(fill_padding_kernel, blocks, kThreads, s,
+  launch_dependent(fill_padding_kernel, dim3(blocks), kThreads, 0, s,
                    "fill_padding_kernel (cudaLaunchKernelEx)", final_rows, header, num_heads);
 }
 

@@ -46,7 +46,8 @@ inline bool pdl_enabled() {
   return enabled;
 }
 
-// Launches `kernel` (no dynamic shared memory) with
+// Launches `kernel` on `grid` x `threads` with `smem_bytes` of dynamic shared memory (at most
+// 48 KiB) and
 // cudaLaunchAttributeProgrammaticStreamSerialization: the runtime may schedule its blocks before
 // the previous kernel on the stream has completed (without griddepcontrol.launch_dependents there,
 // as that kernel's blocks exit), so only its launch latency and start-up overlap the previous
@@ -60,15 +61,15 @@ inline bool pdl_enabled() {
 // fallback to another launch. With PDL disabled (pdl_enabled()) the same call launches with full
 // stream serialisation and the wait is a no-op.
 template <class... Params, class... Args>
-void launch_dependent(void (*kernel)(Params...), unsigned blocks, int threads, cudaStream_t s,
-                      const char* name, Args&&... args) {
+void launch_dependent(void (*kernel)(Params...), dim3 grid, int threads, std::size_t smem_bytes,
+                      cudaStream_t s, const char* name, Args&&... args) {
   cudaLaunchAttribute attribute[1] = {};
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(blocks);
+  config.gridDim = grid;
   config.blockDim = dim3(unsigned(threads));
-  config.dynamicSmemBytes = 0;
+  config.dynamicSmemBytes = smem_bytes;
   config.stream = s;
   config.attrs = attribute;
   config.numAttrs = pdl_enabled() ? 1 : 0;

@@ -122,8 +122,8 @@ void launch_split_merge(const SplitMergeParams& p, std::int64_t capacity, cudaSt
   if (items == 0) return;
   // The blocks stride over the items, so a full device of them is enough; under a CUDA graph
   // the launch covers the capacity, and a block per item would make most of them empty.
-  launch_dependent(split_merge_kernel, std::min(grid_blocks(items, 1), kMaxMergeBlocks), kThreads,
-                   s, "split_merge_kernel (cudaLaunchKernelEx)", p);
+  launch_dependent(split_merge_kernel, dim3(std::min(grid_blocks(items, 1), kMaxMergeBlocks)),
+                   kThreads, 0, s, "split_merge_kernel (cudaLaunchKernelEx)", p);
 }
 
 }  // namespace dcpmla::cuda

@@ -3,6 +3,7 @@
 #include "check.h"
 #include "device_common.cuh"
 #include "kernels.h"
+#include "launch_config.h"
 
 namespace dcpmla::cuda {
 namespace {
@@ -18,6 +19,9 @@ template <class Unit>
 __global__ void __launch_bounds__(kThreads)
     unpack_query_kernel(const Unit* src, Unit* dst, std::int64_t W, std::int64_t N,
                         std::int64_t chunk_units) {
+  // Launched dependent on the query's all-gather (launch_dependent): nothing is read or written
+  // before the wait.
+  wait_for_previous_grid();
   const std::int64_t chunks = W * N;
   for (std::int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
     const std::int64_t n = c / W, w = c - n * W;
@@ -36,9 +40,9 @@ void launch(const UnpackQueryArgs& a, std::int64_t chunk_bytes, cudaStream_t s) 
   const std::int64_t units = chunk_bytes / std::int64_t(sizeof(Unit));
   const dim3 grid(unsigned(std::min<std::int64_t>(W * N, 1 << 30)),
                   unsigned(std::min<std::int64_t>((units + kPart - 1) / kPart, 65535)));
-  unpack_query_kernel<Unit><<<grid, kThreads, 0, s>>>(static_cast<const Unit*>(a.gathered.data),
-                                                      static_cast<Unit*>(a.q.data), W, N, units);
-  check_launch("unpack_query_kernel<<<>>>");
+  launch_dependent(
+      unpack_query_kernel<Unit>, grid, kThreads, 0, s, "unpack_query_kernel (cudaLaunchKernelEx)",
+      static_cast<const Unit*>(a.gathered.data), static_cast<Unit*>(a.q.data), W, N, units);
 }
 
 }  // namespace
