@@ -28,7 +28,9 @@ void validate_slot_values(const KvWriteArgs& args);
 
 struct DecodeArgs {
   const Plan* plan = nullptr;
-  TensorRef q;                 // [rows, H, 576] f32 or bf16 (absorbed query)
+  // [rows, H, 576] f32 or bf16 (absorbed query), or a DCP step's gathered query as the all-gather
+  // leaves it, [W, rows, H / W, 576] (head w * H / W + h of row n at [w, n, h]): no unpack needed.
+  TensorRef q;
   KvCacheRef cache;            // this rank's cache
   TensorRef block_table;       // [B, max_blocks] i32, shared by all ranks
   TensorRef out;               // [rows, H, 512] f32 or q's dtype; empty when send is set
@@ -43,6 +45,10 @@ struct DecodeArgs {
   int send_world = 0;
   TensorRef send;
 };
+// True when args.q is the gathered [W, rows, H / W, 576] form.
+inline bool query_is_gathered(const DecodeArgs& args) {
+  return args.q.shape.size() == 4;
+}
 // True when the decode writes the a2a send rows (args.send) instead of out and lse.
 inline bool decodes_into_send(const DecodeArgs& args) {
   return args.send.data != nullptr || args.send_world != 0;

@@ -45,7 +45,7 @@ const char* to_string(DcpStepPoint p);
 // a step enqueues them (nccl_*: one collective of the communicator; kernel_*: one backend call,
 // one kernel on the CUDA backend). No layout kernel precedes the query all-gather: this rank's
 // query is sent as it is.
-//   query gather: nccl_all_gather_q, kernel_unpack_q
+//   query gather: nccl_all_gather_q, kernel_unpack_q (only without query_in_place)
 //   ag_rs:        nccl_all_gather_lse, kernel_rescale, nccl_reduce_scatter_o, kernel_convert_o
 //   a2a:          kernel_pack (only without pack_in_decode), nccl_all_to_all, kernel_merge
 enum class DcpLaunch {
@@ -99,6 +99,10 @@ struct DcpStepArgs {
   // never goes through memory and no pack launch follows it; false: decode to fp32 rows, then
   // combine_pack (the same bits, one more launch).
   bool pack_in_decode = true;
+  // The decode reads the gathered query [W, N, Hl, 576] where the all-gather leaves it
+  // (DecodeArgs::q's gathered form), so no unpack launch follows the gather; false: unpack to
+  // [N, H, 576] first (the same bits, one more launch).
+  bool query_in_place = true;
   // Optional; nullptr costs one branch per phase and launch. A timer records events between the
   // step's launches, which is meant for stream-ordered benchmark steps, not for graph capture.
   DcpStepTimer* timer = nullptr;

@@ -135,6 +135,7 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
   const TensorRef send = ws.send_out.tensor(pt, {W, N, Hl, row});
   const TensorRef recv = ws.recv_out.tensor(pt, {W, N, Hl, row});
   const bool pack_in_decode = W > 1 && a.combine == Combine::a2a && a.pack_in_decode;
+  if (a.query_in_place) decode.q = gathered;
   if (pack_in_decode) {
     decode.out = {};
     decode.lse = {};
@@ -170,8 +171,10 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
   }
   comm.all_gather(a.q_local.data, gathered.data, std::size_t(N * Hl * kHeadDim), qt, s);
   launched(DcpLaunch::nccl_all_gather_q);
-  backend.unpack_query({gathered, q}, s);
-  launched(DcpLaunch::kernel_unpack_q);
+  if (!a.query_in_place) {
+    backend.unpack_query({gathered, q}, s);
+    launched(DcpLaunch::kernel_unpack_q);
+  }
   mark(DcpStepPoint::query_gathered);
   backend.decode(decode, s);
   mark(DcpStepPoint::decoded);

@@ -52,10 +52,20 @@ void validate(const DecodeArgs& a) {
   require(a.cache.num_blocks == p.config.num_blocks, ErrorCode::inconsistent, "cache.num_blocks",
           fmt::format("the plan's num_blocks {}", p.config.num_blocks),
           std::to_string(a.cache.num_blocks));
-  require(dim(a.q, 0) == rows, ErrorCode::shape_mismatch, "q",
+  const bool gathered = query_is_gathered(a);
+  require(dim(a.q, gathered ? 1 : 0) == rows, ErrorCode::shape_mismatch, "q",
           fmt::format("{} rows (the batch's query_start_loc and padding)", rows),
-          fmt::format("{} rows", dim(a.q, 0)));
-  check_tensor(a.q, "q", {DType::f32, DType::bf16}, {rows, H, kHeadDim});
+          fmt::format("{} rows", dim(a.q, gathered ? 1 : 0)));
+  if (gathered) {
+    const auto W = dim(a.q, 0);
+    require(
+        W >= 1 && H % W == 0, ErrorCode::shape_mismatch, "q",
+        fmt::format("[W, {}, H / W, {}] with W dividing the plan's {} heads", rows, kHeadDim, H),
+        shape_string(a.q.shape));
+    check_tensor(a.q, "q", {DType::f32, DType::bf16}, {W, rows, H / W, kHeadDim});
+  } else {
+    check_tensor(a.q, "q", {DType::f32, DType::bf16}, {rows, H, kHeadDim});
+  }
   check_tensor(a.block_table, "block_table", DType::i32, {p.num_requests, dim(a.block_table, 1)});
   if (decodes_into_send(a)) {
     require(a.out.data == nullptr && a.lse.data == nullptr, ErrorCode::invalid_argument,

@@ -185,6 +185,15 @@ void decode(ThreadPool& pool, const DecodeArgs& args) {
   validate(args);
   const Plan& p = *args.plan;
   const int H = p.config.num_heads;
+  if (query_is_gathered(args)) {
+    // The gathered query in the plain layout first: the definition of that input form.
+    std::vector<std::uint8_t> q(std::size_t(args.q.numel()) * dtype_size(args.q.dtype));
+    DecodeArgs plain = args;
+    plain.q = TensorRef(q.data(), args.q.dtype, {p.num_rows, H, kHeadDim});
+    unpack_query(pool, {args.q, plain.q});
+    decode(pool, plain);
+    return;
+  }
   if (decodes_into_send(args)) {
     // Here the send rows are the pack of an f32 decode: the definition of that output form.
     std::vector<float> out(std::size_t(p.num_rows) * H * kLatentDim),

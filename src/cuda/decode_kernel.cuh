@@ -186,16 +186,18 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   const int ph = lane >> 4, kg = lane & 15;
   const int H = p.num_heads;
 
-  // Q of the tile's pairs (contiguous in q: pair = j * H + h), zeros past num_pairs.
+  // Q of the tile's pairs (pair = j * H + h, a slot of q by grouped_slot), zeros past num_pairs.
   {
     constexpr int kUnits = kHeadDim * int(sizeof(QS)) / 16;
-    const auto* src = reinterpret_cast<const uint4*>(
-        static_cast<const QS*>(p.q) +
-        (std::int64_t(tile.row_begin) * H + tile.pair_begin) * kHeadDim);
+    const auto* src = static_cast<const uint4*>(p.q);
+    const std::int64_t first = std::int64_t(tile.row_begin) * H + tile.pair_begin;
     for (int u = tid; u < kTilePairs * kUnits; u += kThreads) {
       const int r = u / kUnits, c = u - r * kUnits;
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (r < tile.num_pairs) v = __ldg(src + std::int64_t(r) * kUnits + c);
+      if (r < tile.num_pairs) {
+        const std::int64_t slot = grouped_slot(first + r, H, p.q_group_heads, p.q_rows);
+        v = __ldg(src + slot * kUnits + c);
+      }
       *reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(qs + r * L::kQStride) + c * 16) =
           v;
     }

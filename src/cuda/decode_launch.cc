@@ -69,6 +69,8 @@ void decode(const DecodeArgs& a, DevicePlan& dp, cudaStream_t s) {
   p.tiles = v.tiles;
   p.row_bound = v.row_bound;
   p.q = a.q.data;
+  p.q_group_heads = query_is_gathered(a) ? int(a.q.shape[2]) : 0;
+  p.q_rows = plan.num_rows;
   p.cache = a.cache.data;
   p.block_table = a.block_table.as<const std::int32_t>();
   p.max_blocks = cols;

@@ -86,13 +86,14 @@ template <int Threads>
 __device__ __forceinline__ void load_q(const DecodeParams& p, const DecodeTile& tile,
                                        std::uint32_t s_q, int tid) {
   constexpr int kUnits = kHeadDim * 2 / 16;  // 72 per row
-  const auto* q = static_cast<const unsigned char*>(p.q) +
-                  (std::int64_t(tile.row_begin) * p.num_heads + tile.pair_begin) * (kHeadDim * 2);
+  const auto* q = static_cast<const unsigned char*>(p.q);
+  const std::int64_t first = std::int64_t(tile.row_begin) * p.num_heads + tile.pair_begin;
   for (int u = tid; u < kPairs * kUnits; u += Threads) {
     const int r = u / kUnits, rem = u - r * kUnits;
     const std::uint32_t dst = s_q + (rem >> 3) * kChunkBytes + hopper::swizzled_offset(r, rem & 7);
     if (r < tile.num_pairs) {
-      cp_async16(dst, q + std::int64_t(r) * (kHeadDim * 2) + rem * 16);
+      const std::int64_t slot = grouped_slot(first + r, p.num_heads, p.q_group_heads, p.q_rows);
+      cp_async16(dst, q + slot * (kHeadDim * 2) + rem * 16);
     } else {
       st_shared16(dst, make_uint4(0u, 0u, 0u, 0u));
     }

@@ -34,11 +34,13 @@ struct OutputRows {
 
 // decode.cu: the FMA kernel (v1), one thread block per DecodeTile.
 struct DecodeParams {
-  const PlanHeader* header;         // num_tiles; blocks past it exit (null: every block runs)
-  const DecodeTile* tiles;          // [num_tiles]
-  const std::int32_t* row_bound;    // [rows] plan.row_local_bound
-  const void* q;                    // [rows, H, 576] f32 or bf16, 16-byte aligned
-  const void* cache;                // [num_blocks, block_size, 576] f32, bf16 or fp8, aligned
+  const PlanHeader* header;       // num_tiles; blocks past it exit (null: every block runs)
+  const DecodeTile* tiles;        // [num_tiles]
+  const std::int32_t* row_bound;  // [rows] plan.row_local_bound
+  const void* q;  // [rows, H, 576], or [W, rows, H/W, 576] (q_group_heads), f32 or bf16, aligned
+  int q_group_heads;    // 0: q is [rows, H, 576]; else H/W of the gathered query (grouped_slot)
+  std::int64_t q_rows;  // rows (for the gathered query)
+  const void* cache;    // [num_blocks, block_size, 576] f32, bf16 or fp8, aligned
   const std::int32_t* block_table;  // [B, max_blocks]
   std::int64_t max_blocks;
   std::int64_t num_blocks;

@@ -1,5 +1,6 @@
 // Device side of OutputRows (kernels.h): where the final O and LSE of a (row, head) item go, in
-// the plain [rows, H, 512] + [rows, H] layout or straight into the a2a send rows of a DCP step.
+// the plain [rows, H, 512] + [rows, H] layout or straight into the a2a send rows of a DCP step;
+// and the head-grouped slots that layout shares with the gathered query of a DCP step.
 #pragma once
 
 #include "device_common.cuh"
@@ -7,16 +8,25 @@
 
 namespace dcpmla::cuda {
 
+// The slot of item (row * H + h) in a layout grouped by head, [G, rows, Hl, ...] with Hl =
+// group_heads = H / G: head h is local head h % Hl of group h / Hl. group_heads 0: the plain
+// [rows, H, ...] layout, slot = item.
+__device__ __forceinline__ std::int64_t grouped_slot(std::int64_t item, int num_heads,
+                                                     int group_heads, std::int64_t rows) {
+  if (group_heads == 0) return item;
+  const std::int64_t row = item / num_heads;
+  const int h = int(item - row * num_heads);
+  const int group = h / group_heads;
+  return (group * rows + row) * group_heads + (h - group * group_heads);
+}
+
 // Element offset in o.out of item (row * H + h)'s first O element. Plain: item * 512. Packed:
-// head h goes to group h / Hl as its local head h % Hl, in rows of packed_row(dtype) slots.
+// the item's grouped slot, in rows of packed_row(dtype) slots.
 __device__ __forceinline__ std::int64_t output_offset(const OutputRows& o, std::int64_t item,
                                                       int num_heads) {
   if (o.group_heads == 0) return item * kLatentDim;
-  const std::int64_t row = item / num_heads;
-  const int h = int(item - row * num_heads);
-  const int group = h / o.group_heads;
-  const std::int64_t slot = (group * o.rows + row) * o.group_heads + (h - group * o.group_heads);
-  return slot * (o.bf16 ? kPackedRowBf16 : kPackedRow);
+  return grouped_slot(item, num_heads, o.group_heads, o.rows) *
+         (o.bf16 ? kPackedRowBf16 : kPackedRow);
 }
 
 // Where item's LSE goes; `offset` is output_offset(o, item, H). Packed rows keep the fp32 LSE in

@@ -1,5 +1,6 @@
 // dcp_step driven directly: W = 1 equals the plain decode, both combines agree, a workspace is
 // reusable across steps of different batches, and bf16 outputs are the rounded fp32 ones.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -44,7 +45,8 @@ struct StepOut {
 std::vector<StepOut> run_steps(const std::vector<sim::Scenario>& steps, Combine combine,
                                PlanLimits limits, DType out_dtype, std::int64_t max_rows,
                                std::size_t decode_bytes, std::vector<DcpStepTimer*> timers = {},
-                               bool pack_in_decode = true, DType payload = DType::f32) {
+                               bool pack_in_decode = true, DType payload = DType::f32,
+                               bool query_in_place = true) {
   const auto& spec0 = steps[0].spec;
   const int W = spec0.world, H = spec0.heads, Hl = H / W;
   std::vector<StepOut> results(steps.size());
@@ -91,6 +93,7 @@ std::vector<StepOut> run_steps(const std::vector<sim::Scenario>& steps, Combine 
           a.combine = combine;
           a.combine_payload = payload;
           a.pack_in_decode = pack_in_decode;
+          a.query_in_place = query_in_place;
           a.timer = timers.empty() ? nullptr : timers[std::size_t(r)];
           dcp_step(*be, comm, ws, a, nullptr);
           for (std::int64_t i = 0; i < rows; ++i) {
@@ -249,21 +252,31 @@ TEST(DcpStep, Bf16OutputIsTheRoundedFp32Output) {
   }
 }
 
-// The a2a decode that writes the send rows itself gives exactly the bits of the decode followed
-// by a pack launch, with either payload, split requests and padding rows included.
-TEST(DcpStep, PackInDecodeEqualsAPackLaunch) {
+// The decode that reads the gathered query in place and (a2a) writes the send rows itself gives
+// exactly the bits of the unpack and pack launches, with either payload, split requests and
+// padding rows included.
+TEST(DcpStep, LayoutsInTheDecodeEqualTheLayoutLaunches) {
   const auto sc = custom_scenario(spec_for(2, 4, 45), {8, 2, 1}, {300, 40, 7}, {}, 3);
   PlanLimits split;
   split.kv_chunk_blocks = 2;
-  for (DType payload : {DType::f32, DType::bf16}) {
-    const auto fused =
-        run_steps({sc}, Combine::a2a, split, DType::f32, 16, 1 << 22, {}, true, payload)[0];
-    const auto separate =
-        run_steps({sc}, Combine::a2a, split, DType::f32, 16, 1 << 22, {}, false, payload)[0];
-    EXPECT_EQ(std::memcmp(fused.out.data(), separate.out.data(), fused.out.size() * 4), 0)
-        << to_string(payload);
-    EXPECT_EQ(std::memcmp(fused.lse.data(), separate.lse.data(), fused.lse.size() * 4), 0)
-        << to_string(payload);
+  for (Combine c : {Combine::ag_rs, Combine::a2a}) {
+    for (DType payload : {DType::f32, DType::bf16}) {
+      if (c == Combine::ag_rs && payload == DType::bf16) continue;
+      const auto separate =
+          run_steps({sc}, c, split, DType::f32, 16, 1 << 22, {}, false, payload, false)[0];
+      for (bool pack : {false, true}) {
+        for (bool in_place : {false, true}) {
+          const auto fused =
+              run_steps({sc}, c, split, DType::f32, 16, 1 << 22, {}, pack, payload, in_place)[0];
+          const std::string what = fmt::format("{} {} pack_in_decode {} query_in_place {}",
+                                               to_string(c), to_string(payload), pack, in_place);
+          EXPECT_EQ(std::memcmp(fused.out.data(), separate.out.data(), fused.out.size() * 4), 0)
+              << what;
+          EXPECT_EQ(std::memcmp(fused.lse.data(), separate.lse.data(), fused.lse.size() * 4), 0)
+              << what;
+        }
+      }
+    }
   }
 }
 
@@ -313,7 +326,6 @@ TEST(DcpStep, TimerSeesEveryLaunchOfTheGatherAndTheCombineInOrder) {
   };
   const std::vector<std::string> ag_rs = {"begin",
                                           "nccl_all_gather_q",
-                                          "kernel_unpack_q",
                                           "query_gathered",
                                           "decoded",
                                           "nccl_all_gather_lse",
@@ -321,19 +333,23 @@ TEST(DcpStep, TimerSeesEveryLaunchOfTheGatherAndTheCombineInOrder) {
                                           "nccl_reduce_scatter_o",
                                           "kernel_convert_o",
                                           "combined"};
-  const std::vector<std::string> a2a = {"begin",          "nccl_all_gather_q", "kernel_unpack_q",
-                                        "query_gathered", "decoded",           "nccl_all_to_all",
-                                        "kernel_merge",   "combined"};
-  std::vector<std::string> a2a_pack_launch = a2a;
-  a2a_pack_launch.insert(a2a_pack_launch.begin() + 5, "kernel_pack");
+  const std::vector<std::string> a2a = {"begin",   "nccl_all_gather_q", "query_gathered",
+                                        "decoded", "nccl_all_to_all",   "kernel_merge",
+                                        "combined"};
+  // With the layout launches (no pack_in_decode, no query_in_place).
+  std::vector<std::string> ag_rs_launches = ag_rs, a2a_launches = a2a;
+  ag_rs_launches.insert(ag_rs_launches.begin() + 2, "kernel_unpack_q");
+  a2a_launches.insert(a2a_launches.begin() + 2, "kernel_unpack_q");
+  a2a_launches.insert(a2a_launches.begin() + 5, "kernel_pack");
   const auto sc2 = custom_scenario(spec_for(2, 4, 51), {8, 1}, {100, 40});
   for (Combine c : {Combine::ag_rs, Combine::a2a}) {
     Recorder r0, r1, separate;
     run_steps({sc2}, c, {}, DType::f32, 16, 1 << 20, {&r0, &r1});
     EXPECT_EQ(r0.marks, c == Combine::ag_rs ? ag_rs : a2a) << to_string(c);
     EXPECT_EQ(r1.marks, r0.marks) << to_string(c);
-    run_steps({sc2}, c, {}, DType::f32, 16, 1 << 20, {&separate, &r1}, /*pack_in_decode=*/false);
-    EXPECT_EQ(separate.marks, c == Combine::ag_rs ? ag_rs : a2a_pack_launch) << to_string(c);
+    run_steps({sc2}, c, {}, DType::f32, 16, 1 << 20, {&separate, &r1}, /*pack_in_decode=*/false,
+              DType::f32, /*query_in_place=*/false);
+    EXPECT_EQ(separate.marks, c == Combine::ag_rs ? ag_rs_launches : a2a_launches) << to_string(c);
     for (const std::string& m : r0.marks) {
       for (DcpLaunch l : {DcpLaunch::nccl_all_gather_q, DcpLaunch::nccl_all_gather_lse,
                           DcpLaunch::nccl_reduce_scatter_o, DcpLaunch::nccl_all_to_all}) {

@@ -378,8 +378,30 @@ const std::vector<DecodeCase> kDecodeCases = {
 INSTANTIATE_TEST_SUITE_P(Catalogue, DecodeValidation, ::testing::ValuesIn(kDecodeCases),
                          [](const auto& info) { return info.param.name; });
 
-// The other output form: the a2a send rows (DecodeArgs::send) in place of out and lse.
+// The other forms: the gathered query [W, rows, H / W, 576], and the a2a send rows
+// (DecodeArgs::send) in place of out and lse.
 const std::vector<DecodeCase> kSendCases = {
+    {"gathered_q_world_3_for_4_heads", ErrorCode::shape_mismatch, "q", nullptr,
+     [](A& a, S&) {
+       a.q.shape = {3, 9, 1, kHeadDim};
+     },
+     "W dividing the plan's 4 heads"},
+    {"gathered_q_rows_per_rank", ErrorCode::shape_mismatch, "q", nullptr,
+     [](A& a, S&) {
+       a.q.shape = {2, 8, 2, kHeadDim};
+     },
+     "expected 9 rows"},
+    {"gathered_q_heads_per_rank_wrong", ErrorCode::shape_mismatch, "q", nullptr,
+     [](A& a, S&) {
+       a.q.shape = {2, 9, 4, kHeadDim};
+     },
+     nullptr},
+    {"gathered_q_dtype_fp8", ErrorCode::dtype_mismatch, "q", nullptr,
+     [](A& a, S&) {
+       a.q.shape = {2, 9, 2, kHeadDim};
+       a.q.dtype = DType::fp8_e4m3;
+     },
+     nullptr},
     {"send_with_out_still_set", ErrorCode::invalid_argument, "out", nullptr,
      [](A& a, S& s) {
        a.send_world = 2;

@@ -17,11 +17,11 @@ namespace dcpmla {
 namespace {
 
 using gpu_testing::decode_values;
+using gpu_testing::DecodeForm;
 using gpu_testing::encode;
 using gpu_testing::make_backend;
 using gpu_testing::on_cpu;
 using gpu_testing::run_decode;
-using gpu_testing::SendRows;
 using gpu_testing::to_device;
 using gpu_testing::to_host;
 using testing::custom_scenario;
@@ -300,9 +300,11 @@ TEST(CudaBackend, BulkCopyBlockSizesMatchCpuBackend) {
   }
 }
 
-// The decode that writes the a2a send rows itself (DecodeArgs::send) against the decode into f32
-// rows followed by combine_pack, on the GPU: the same bytes, for both payloads, the tensor-core
-// and the FMA kernels, split requests (the split merge writes those rows) and padding rows.
+// The decode's other forms on the GPU, for the tensor-core and the FMA kernels, split requests
+// (the split merge writes those rows) and padding rows: the decode that writes the a2a send rows
+// itself (DecodeArgs::send) gives the bytes of the decode into f32 rows followed by combine_pack,
+// for both payloads; the decode of the gathered query [W, rows, H / W, 576] gives the bytes of
+// the decode of the plain one, in either output form.
 TEST(CudaBackend, DecodeIntoSendRowsEqualsDecodeThenPack) {
   DCPMLA_REQUIRE_GPU();
   auto be = make_backend();
@@ -326,15 +328,24 @@ TEST(CudaBackend, DecodeIntoSendRowsEqualsDecodeThenPack) {
           const int W = H == 6 ? 3 : 2;
           SCOPED_TRACE(testing::describe(spec) + " chunk " + std::to_string(chunk_blocks) +
                        " payload " + to_string(payload));
-          const SendRows fused{W, payload, true}, separate{W, payload, false};
-          const auto got = run_decode(*be, sc, 1, limits, DType::f32, true, nullptr, &fused);
-          const auto want = run_decode(*be, sc, 1, limits, DType::f32, true, nullptr, &separate);
+          const DecodeForm fused{W, payload, true}, separate{W, payload, false};
+          const auto got = run_decode(*be, sc, 1, limits, DType::f32, true, nullptr, fused);
+          const auto want = run_decode(*be, sc, 1, limits, DType::f32, true, nullptr, separate);
           ASSERT_EQ(got.send.size(), want.send.size());
           ASSERT_EQ(std::memcmp(got.send.data(), want.send.data(), got.send.size()), 0);
           if (chunk_blocks == 1) {
             EXPECT_GT(got.plan.num_partial_rows, 0);
           }
+          DecodeForm gathered = fused;
+          gathered.q_world = W;
+          const auto in_place = run_decode(*be, sc, 1, limits, DType::f32, true, nullptr, gathered);
+          ASSERT_EQ(std::memcmp(in_place.send.data(), want.send.data(), want.send.size()), 0);
         }
+        const auto plain = run_decode(*be, sc, 1, limits, q);
+        const auto in_place =
+            run_decode(*be, sc, 1, limits, q, true, nullptr, {.q_world = H == 6 ? 3 : 2});
+        ASSERT_EQ(std::memcmp(in_place.out.data(), plain.out.data(), plain.out.size() * 4), 0);
+        ASSERT_EQ(std::memcmp(in_place.lse.data(), plain.lse.data(), plain.lse.size() * 4), 0);
       }
     }
   }

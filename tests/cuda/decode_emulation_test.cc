@@ -313,5 +313,37 @@ TEST(CudaDecodeEmulation, SendRowsAreThePackOfThePlainDecode) {
   }
 }
 
+// The gathered query of a DCP step ([W, rows, H / W, 576], DecodeParams::q_group_heads) read in
+// place gives the bits of the plain query, split requests included.
+TEST(CudaDecodeEmulation, GatheredQueryGivesThePlainBits) {
+  int seed = 70;
+  for (DType q : {DType::bf16, DType::f32}) {
+    for (int H : {16, 6}) {
+      const sim::Scenario sc = small_case(q, DType::bf16, H, 16, seed++);
+      const int W = H == 16 ? 4 : 3, rank = seed % 2;
+      SCOPED_TRACE(testing::describe(sc.spec));
+      PlanLimits split;
+      split.kv_chunk_blocks = 2;
+      auto run = [&](bool gathered) {
+        auto t = prepare_tiles(sc, rank, sc.batch, split);
+        const std::int64_t rows = t->plan.num_rows;
+        if (gathered) {
+          t->q = testing::gather_layout(t->q, rows, H, W);
+          t->p.q = t->q.data();
+          t->p.q_group_heads = H / W;
+          t->p.q_rows = rows;
+        }
+        std::vector<float> out(std::size_t(rows) * H * (kLatentDim + 1), 3.0f);
+        t->p.final_rows = {out.data(), out.data() + rows * H * kLatentDim, false, 0, 0};
+        run_tiles(sc.spec, *t);
+        out.insert(out.end(), t->ws.begin(), t->ws.end());  // the split rows' partials
+        return out;
+      };
+      const auto plain = run(false), in_place = run(true);
+      ASSERT_EQ(std::memcmp(in_place.data(), plain.data(), plain.size() * 4), 0);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dcpmla::cuda

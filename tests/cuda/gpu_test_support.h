@@ -87,15 +87,18 @@ struct DecodeRun {
   Plan plan;
   std::vector<float> out;          // [rows, H, 512]
   std::vector<float> lse;          // [rows, H]
-  std::vector<std::uint8_t> send;  // SendRows only: [W, rows, H / W, packed_row] bytes
+  std::vector<std::uint8_t> send;  // DecodeForm::send_world only: [W, rows, H / W, packed_row]
 };
 
-// The a2a send rows of a decode (DecodeArgs::send): written by the decode itself, or by an f32
-// decode and then combine_pack.
-struct SendRows {
-  int world = 2;
+// The other forms of a decode's input and output. send_world > 0: the a2a send rows
+// (DecodeArgs::send), written by the decode itself (in_decode) or by an f32 decode and then
+// combine_pack. q_world > 0: the query passed in its gathered form [q_world, rows, H / q_world,
+// 576].
+struct DecodeForm {
+  int send_world = 0;
   DType payload = DType::bf16;
   bool in_decode = true;
+  int q_world = 0;
 };
 
 // One rank's Backend::decode over all H heads (no collectives). The rank cache is written on the
@@ -103,7 +106,7 @@ struct SendRows {
 // uploaded as they are, so every backend reads identical cache contents.
 inline DecodeRun run_decode(Backend& be, const sim::Scenario& sc, int rank,
                             const PlanLimits& limits, DType out_dtype, bool poison = true,
-                            const Batch* run_batch = nullptr, const SendRows* send = nullptr) {
+                            const Batch* run_batch = nullptr, const DecodeForm& form = {}) {
   const auto& spec = sc.spec;
   const Batch& batch = sc.batch;
   const Batch& rb = run_batch ? *run_batch : batch;
@@ -118,22 +121,27 @@ inline DecodeRun run_decode(Backend& be, const sim::Scenario& sc, int rank,
   r.plan = make_plan(rb, {sh, spec.heads, spec.block_size, sc.num_blocks, limits});
   const std::int64_t rows = rb.rows();
   const int H = spec.heads;
-  const DeviceBuffer q = to_device(be, encode(sc.q, spec.q_dtype));
+  const auto q_host = encode(sc.q, spec.q_dtype);
+  const DeviceBuffer q = to_device(
+      be, form.q_world > 0 ? testing::gather_layout(q_host, rows, H, form.q_world) : q_host);
   const DeviceBuffer bt = to_device(be, rb.block_table);
   DeviceBuffer out(be, std::size_t(rows) * H * kLatentDim * dtype_size(out_dtype));
   DeviceBuffer lse(be, std::size_t(rows) * H * sizeof(float));
   DeviceBuffer ws(be, decode_workspace_bytes(r.plan));
   DecodeArgs args;
   args.plan = &r.plan;
-  args.q = q.tensor(spec.q_dtype, {rows, H, kHeadDim});
+  args.q = form.q_world > 0
+               ? q.tensor(spec.q_dtype, {form.q_world, rows, H / form.q_world, kHeadDim})
+               : q.tensor(spec.q_dtype, {rows, H, kHeadDim});
   args.cache = cache;
   args.block_table = bt.tensor(DType::i32, {rb.num_requests(), rb.max_blocks});
   args.out = out.tensor(out_dtype, {rows, H, kLatentDim});
   args.lse = lse.tensor(DType::f32, {rows, H});
   args.softmax_scale = spec.softmax_scale;
   args.workspace = ws.tensor(DType::fp8_e4m3, {std::int64_t(ws.bytes())});
-  if (send) {
-    const std::int64_t W = send->world, row = packed_row(send->payload);
+  if (form.send_world > 0) {
+    const DecodeForm* send = &form;
+    const std::int64_t W = send->send_world, row = packed_row(send->payload);
     const std::vector<std::uint8_t> garbage(
         std::size_t(W * rows * (H / W) * row) * dtype_size(send->payload), 0xee);
     const DeviceBuffer rows_buf = to_device(be, garbage);
@@ -141,12 +149,12 @@ inline DecodeRun run_decode(Backend& be, const sim::Scenario& sc, int rank,
     if (send->in_decode) {
       args.out = {};
       args.lse = {};
-      args.send_world = send->world;
+      args.send_world = send->send_world;
       args.send = send_rows;
       be.decode(args, nullptr);
     } else {
       be.decode(args, nullptr);
-      be.combine_pack({send->world, args.out, args.lse, send_rows}, nullptr);
+      be.combine_pack({send->send_world, args.out, args.lse, send_rows}, nullptr);
     }
     r.send = to_host<std::uint8_t>(be, rows_buf.data(), rows_buf.bytes());
     return r;

@@ -268,4 +268,19 @@ inline bool row_is_empty(const std::vector<float>& out, const std::vector<float>
   return true;
 }
 
+// q [rows, H, 576] (any element size) -> the gathered [W, rows, H / W, 576] layout.
+inline std::vector<std::uint8_t> gather_layout(const std::vector<std::uint8_t>& q,
+                                               std::int64_t rows, int H, int W) {
+  const std::size_t pair = q.size() / std::size_t(rows * H), Hl = std::size_t(H / W);
+  std::vector<std::uint8_t> g(q.size());
+  for (std::int64_t n = 0; n < rows; ++n) {
+    for (int h = 0; h < H; ++h) {
+      const std::size_t slot =
+          (std::size_t(h) / Hl * std::size_t(rows) + std::size_t(n)) * Hl + std::size_t(h) % Hl;
+      std::memcpy(&g[slot * pair], &q[(std::size_t(n) * H + std::size_t(h)) * pair], pair);
+    }
+  }
+  return g;
+}
+
 }  // namespace dcpmla::testing
