@@ -87,12 +87,14 @@ __device__ __forceinline__ void load_q(const DecodeParams& p, const DecodeTile& 
                                        std::uint32_t s_q, int tid) {
   constexpr int kUnits = kHeadDim * 2 / 16;  // 72 per row
   const auto* q = static_cast<const unsigned char*>(p.q);
-  const std::int64_t first = std::int64_t(tile.row_begin) * p.num_heads + tile.pair_begin;
   for (int u = tid; u < kPairs * kUnits; u += Threads) {
     const int r = u / kUnits, rem = u - r * kUnits;
     const std::uint32_t dst = s_q + (rem >> 3) * kChunkBytes + hopper::swizzled_offset(r, rem & 7);
     if (r < tile.num_pairs) {
-      const std::int64_t slot = grouped_slot(first + r, p.num_heads, p.q_group_heads, p.q_rows);
+      // 32-bit division: a tile's pairs lie in a few rows of H heads.
+      const int pair = tile.pair_begin + r, j = pair / p.num_heads;
+      const std::int64_t slot = grouped_slot(tile.row_begin + j, pair - j * p.num_heads,
+                                             p.num_heads, p.q_group_heads, p.q_rows);
       cp_async16(dst, q + slot * (kHeadDim * 2) + rem * 16);
     } else {
       st_shared16(dst, make_uint4(0u, 0u, 0u, 0u));

@@ -11,13 +11,17 @@ namespace dcpmla::cuda {
 // The slot of item (row * H + h) in a layout grouped by head, [G, rows, Hl, ...] with Hl =
 // group_heads = H / G: head h is local head h % Hl of group h / Hl. group_heads 0: the plain
 // [rows, H, ...] layout, slot = item.
+__device__ __forceinline__ std::int64_t grouped_slot(std::int64_t row, int h, int num_heads,
+                                                     int group_heads, std::int64_t rows) {
+  if (group_heads == 0) return row * num_heads + h;
+  const int group = h / group_heads;
+  return (group * rows + row) * group_heads + (h - group * group_heads);
+}
 __device__ __forceinline__ std::int64_t grouped_slot(std::int64_t item, int num_heads,
                                                      int group_heads, std::int64_t rows) {
   if (group_heads == 0) return item;
   const std::int64_t row = item / num_heads;
-  const int h = int(item - row * num_heads);
-  const int group = h / group_heads;
-  return (group * rows + row) * group_heads + (h - group * group_heads);
+  return grouped_slot(row, int(item - row * num_heads), num_heads, group_heads, rows);
 }
 
 // Element offset in o.out of item (row * H + h)'s first O element. Plain: item * 512. Packed:
