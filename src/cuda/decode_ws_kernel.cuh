@@ -293,23 +293,32 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();  // the final m and l of every row are written
 
   const bool partial = tile.partial_row >= 0;
+  const bool packed = !partial && p.final_rows.group_heads != 0;
   const std::int64_t first = first_output_item(p, tile);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (rows[r] >= tile.num_pairs) continue;
     const float total = final_l[rows[r]];
     const std::int64_t item = first + rows[r];
-    const std::int64_t row_at =
-        partial ? item * kLatentDim : output_offset(p.final_rows, item, p.num_heads);
     if (wg == 0) {
       constexpr float kLn2 = 0.6931471805599453f;
       const float lse = total > 0.0f ? (final_m[rows[r]] + log2f(total)) * kLn2 : -INFINITY;
-      if (quad == 0)
-        *(partial ? p.partial_lse + item : output_lse(p.final_rows, item, row_at)) = lse;
+      if (quad == 0) {
+        if (packed) {
+          *output_lse(p.final_rows, item, output_offset(p.final_rows, item, p.num_heads)) = lse;
+        } else {
+          (partial ? p.partial_lse : p.final_rows.lse)[item] = lse;
+        }
+      }
       continue;
     }
     const float scale = total > 0.0f ? p.out_scale / total : 0.0f;
-    store_output_row(p, partial, row_at + 256 * (wg - 1) + 2 * quad, o, r, scale);
+    const int col = 256 * (wg - 1) + 2 * quad;
+    if (packed) {
+      store_packed_row(p, output_offset(p.final_rows, item, p.num_heads) + col, o, r, scale);
+    } else {
+      store_output_row(p, partial, item * kLatentDim + col, o, r, scale);
+    }
   }
 }
 
