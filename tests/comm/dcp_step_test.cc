@@ -253,27 +253,30 @@ TEST(DcpStep, Bf16OutputIsTheRoundedFp32Output) {
 }
 
 // The decode that reads the gathered query in place and (a2a) writes the send rows itself gives
-// exactly the bits of the unpack and pack launches, with either payload, split requests and
-// padding rows included.
+// exactly the bits of the unpack and pack launches, for W = 2, 4 and 8, with either payload,
+// split requests, padding rows and ranks holding no key of a request included.
 TEST(DcpStep, LayoutsInTheDecodeEqualTheLayoutLaunches) {
-  const auto sc = custom_scenario(spec_for(2, 4, 45), {8, 2, 1}, {300, 40, 7}, {}, 3);
   PlanLimits split;
   split.kv_chunk_blocks = 2;
-  for (Combine c : {Combine::ag_rs, Combine::a2a}) {
-    for (DType payload : {DType::f32, DType::bf16}) {
-      if (c == Combine::ag_rs && payload == DType::bf16) continue;
-      const auto separate =
-          run_steps({sc}, c, split, DType::f32, 16, 1 << 22, {}, false, payload, false)[0];
-      for (bool pack : {false, true}) {
-        for (bool in_place : {false, true}) {
-          const auto fused =
-              run_steps({sc}, c, split, DType::f32, 16, 1 << 22, {}, pack, payload, in_place)[0];
-          const std::string what = fmt::format("{} {} pack_in_decode {} query_in_place {}",
-                                               to_string(c), to_string(payload), pack, in_place);
-          EXPECT_EQ(std::memcmp(fused.out.data(), separate.out.data(), fused.out.size() * 4), 0)
-              << what;
-          EXPECT_EQ(std::memcmp(fused.lse.data(), separate.lse.data(), fused.lse.size() * 4), 0)
-              << what;
+  for (int W : {2, 4, 8}) {
+    const auto sc = custom_scenario(spec_for(W, 8, 45 + W), {8, 2, 1}, {300, 40, 7}, {}, 3);
+    for (Combine c : {Combine::ag_rs, Combine::a2a}) {
+      for (DType payload : {DType::f32, DType::bf16}) {
+        if (c == Combine::ag_rs && payload == DType::bf16) continue;
+        const auto separate =
+            run_steps({sc}, c, split, DType::f32, 16, 1 << 22, {}, false, payload, false)[0];
+        for (bool pack : {false, true}) {
+          for (bool in_place : {false, true}) {
+            const auto fused =
+                run_steps({sc}, c, split, DType::f32, 16, 1 << 22, {}, pack, payload, in_place)[0];
+            const std::string what =
+                fmt::format("W {} {} {} pack_in_decode {} query_in_place {}", W, to_string(c),
+                            to_string(payload), pack, in_place);
+            EXPECT_EQ(std::memcmp(fused.out.data(), separate.out.data(), fused.out.size() * 4), 0)
+                << what;
+            EXPECT_EQ(std::memcmp(fused.lse.data(), separate.lse.data(), fused.lse.size() * 4), 0)
+                << what;
+          }
         }
       }
     }
