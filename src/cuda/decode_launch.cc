@@ -13,9 +13,10 @@
 namespace dcpmla::cuda {
 namespace {
 
-void require_aligned(const void* p, const char* argument) {
-  require(reinterpret_cast<std::uintptr_t>(p) % 16 == 0, ErrorCode::unsupported, argument,
-          "a 16-byte aligned device pointer (CUDA backend)", fmt::format("{}", p));
+void require_aligned(const void* p, const char* argument, int bytes = 16) {
+  require(reinterpret_cast<std::uintptr_t>(p) % bytes == 0, ErrorCode::unsupported, argument,
+          fmt::format("a {}-byte aligned device pointer (CUDA backend)", bytes),
+          fmt::format("{}", p));
 }
 
 }  // namespace
@@ -35,8 +36,7 @@ void decode(const DecodeArgs& a, DevicePlan& dp, cudaStream_t s) {
   require_aligned(a.q.data, "q");
   const bool into_send = decodes_into_send(a);
   if (into_send) {
-    require(reinterpret_cast<std::uintptr_t>(a.send.data) % 4 == 0, ErrorCode::unsupported, "send",
-            "a 4-byte aligned device pointer (CUDA backend)", fmt::format("{}", a.send.data));
+    require_aligned(a.send.data, "send", 4);  // packed rows are 4-byte aligned at best
   } else {
     require_aligned(a.out.data, "out");
   }

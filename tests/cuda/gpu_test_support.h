@@ -140,21 +140,20 @@ inline DecodeRun run_decode(Backend& be, const sim::Scenario& sc, int rank,
   args.softmax_scale = spec.softmax_scale;
   args.workspace = ws.tensor(DType::fp8_e4m3, {std::int64_t(ws.bytes())});
   if (form.send_world > 0) {
-    const DecodeForm* send = &form;
-    const std::int64_t W = send->send_world, row = packed_row(send->payload);
+    const std::int64_t W = form.send_world, row = packed_row(form.payload);
     const std::vector<std::uint8_t> garbage(
-        std::size_t(W * rows * (H / W) * row) * dtype_size(send->payload), 0xee);
+        std::size_t(W * rows * (H / W) * row) * dtype_size(form.payload), 0xee);
     const DeviceBuffer rows_buf = to_device(be, garbage);
-    const TensorRef send_rows = rows_buf.tensor(send->payload, {W, rows, H / W, row});
-    if (send->in_decode) {
+    const TensorRef send_rows = rows_buf.tensor(form.payload, {W, rows, H / W, row});
+    if (form.in_decode) {
       args.out = {};
       args.lse = {};
-      args.send_world = send->send_world;
+      args.send_world = form.send_world;
       args.send = send_rows;
       be.decode(args, nullptr);
     } else {
       be.decode(args, nullptr);
-      be.combine_pack({send->send_world, args.out, args.lse, send_rows}, nullptr);
+      be.combine_pack({form.send_world, args.out, args.lse, send_rows}, nullptr);
     }
     r.send = to_host<std::uint8_t>(be, rows_buf.data(), rows_buf.bytes());
     return r;
