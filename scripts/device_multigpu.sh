@@ -4,9 +4,9 @@
 # communicator into build-multigpu, builds what the multi-GPU checks need, runs the ctest labels
 # multigpu and nccl, `dcpmla demo --backend cuda --dcp W --gpus W` (both combines, bf16 and fp8
 # caches, and one DeepSeek-sized batch), the launch breakdown of the shape (32K context x
-# batch 32, H 128, W = 2: each NCCL collective and kernel of the query gather and the combine,
-# and each collective timed alone; once more without the events between launches, to see what
-# they cost) and dcpmla_multigpu_bench over its grid (which carries the same breakdown). Every log
+# batch 32, H 128, W = 2 and, with more GPUs, W = all of them: each NCCL collective and kernel of
+# the query gather and the combine, and each collective timed alone; once more without the
+# events between launches, to see what they cost) and dcpmla_multigpu_bench over its grid (which carries the same breakdown). Every log
 # and the benchmark JSON go to $OUT (default ./out).
 #
 # A failing step is logged and the script goes on; the exit status is non-zero when any step
@@ -51,7 +51,11 @@ cap() {
 
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 GPUS=${GPUS:-0}
-W=$((GPUS >= 2 ? 2 : GPUS))
+# The DCP world of the demo, the tests and the breakdown: every GPU present, at most 8.
+W=$((GPUS > 8 ? 8 : GPUS))
+# The breakdown runs W = 2 and, on a larger machine, W as well.
+BREAKDOWN_WORLDS=(2)
+[ "$W" -gt 2 ] && BREAKDOWN_WORLDS+=("$W")
 COMMIT=${DCPMLA_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 
 {
@@ -135,14 +139,14 @@ if want breakdown; then
   elif [ ! -x "$BENCH" ]; then
     fail "dcpmla_multigpu_bench was not built"
   else
-    # 32K x 32, H 128 (Q 1 and ragged), W = 2 only; 100 steps, each collective 200 calls alone.
+    # 32K x 32, H 128 (Q 1 and ragged), W = 2 (and W); 100 steps, each collective 200 calls alone.
     for mode in events noevents; do
       extra=(--alone-calls 200)
       [ "$mode" = noevents ] && extra=(--no-launch-events --alone-calls 0)
       name="multigpu_breakdown_$mode"
-      log "dcpmla_multigpu_bench --contexts 32768 --batches 32 --heads 128 --worlds $W ${extra[*]}"
+      log "dcpmla_multigpu_bench --contexts 32768 --batches 32 --heads 128 --worlds ${BREAKDOWN_WORLDS[*]} ${extra[*]}"
       DCPMLA_COMMIT="$COMMIT" timeout "$(cap 120)" "$BENCH" --contexts 32768 --batches 32 \
-        --heads 128 --worlds "$W" --steps 100 --budget-s 90 \
+        --heads 128 --worlds "${BREAKDOWN_WORLDS[@]}" --steps 100 --budget-s 90 \
         --out "$OUT/$name.json" "${extra[@]}" > "$OUT/$name.txt" 2>&1
       rc=$?
       cat "$OUT/$name.txt"
