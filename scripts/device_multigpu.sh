@@ -2,12 +2,14 @@
 # The multi-GPU script, run on a machine with 2 (or more) GPUs, nvcc, CMake, ninja and the
 # system NCCL, no network: configures a Release build with the CUDA backend and the NCCL
 # communicator into build-multigpu, builds what the multi-GPU checks need, runs the ctest labels
-# multigpu and nccl, `dcpmla demo --backend cuda --dcp W --gpus W` (both combines, bf16 and fp8
-# caches, and one DeepSeek-sized batch), the launch breakdown of the shape (32K context x
-# batch 32, H 128, W = 2 and, with more GPUs, W = all of them: each NCCL collective and kernel of
-# the query gather and the combine, and each collective timed alone; once more without the
-# events between launches, to see what they cost) and dcpmla_multigpu_bench over its grid (which carries the same breakdown). Every log
-# and the benchmark JSON go to $OUT (default ./out).
+# multigpu and nccl, `dcpmla demo --backend cuda --dcp W --gpus W` over NCCL and over the peer
+# communicator (both combines, bf16 and fp8 caches, and one DeepSeek-sized batch), the launch
+# breakdown of the shape over both (32K context x batch 32, H 128, W = 2 and, with more
+# GPUs, W = all of them: each collective and kernel of the query gather and the combine, and each
+# collective timed alone; once more without the events between launches, to see what they
+# cost) and dcpmla_multigpu_bench over its grid (which carries the same breakdown; NCCL unless
+# DCPMLA_BENCH_ARGS says --comm peer). Every log and the benchmark JSON go to $OUT (default
+# ./out).
 #
 # A failing step is logged and the script goes on; the exit status is non-zero when any step
 # failed. DCPMLA_STEPS picks steps (default "build tests demo breakdown bench"); build outputs are
@@ -77,7 +79,7 @@ log "environment in env.txt; $GPUS GPU(s), DCP world for the demo: $W"
 
 # --- build --------------------------------------------------------------------------------
 TARGETS=(dcpmla_tool dcpmla_multigpu_bench nccl_host_test nccl_communicator_test nccl_dcp_test
-  nccl_processes_test nccl_rank_process)
+  nccl_processes_test nccl_rank_process peer_host_test peer_communicator_test)
 if want build; then
   log "configure + build (Release, CUDA sm_90a, NCCL): ${TARGETS[*]}"
   { cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDCPMLA_CUDA=ON -DDCPMLA_NCCL=ON \
@@ -110,24 +112,28 @@ if want demo; then
   if [ "$W" -lt 2 ]; then
     fail "demo needs 2 GPUs, found $GPUS"
   else
-    for dtype in bf16 fp8; do
-      for combine in ag_rs a2a; do
-        name="demo_${dtype}_${combine}"
-        log "dcpmla demo --backend cuda --dcp $W --gpus $W --dtype $dtype --combine $combine"
-        timeout "$(cap 60)" "$BUILD/tools/dcpmla" demo --backend cuda --dcp "$W" --gpus "$W" \
-          --dtype "$dtype" --combine "$combine" > "$OUT/$name.log" 2>&1
-        rc=$?
-        tail -8 "$OUT/$name.log"
-        [ $rc -eq 0 ] || fail "$name (rc $rc, see $name.log)"
+    for comm in nccl peer; do
+      for dtype in bf16 fp8; do
+        for combine in ag_rs a2a; do
+          name="demo_${comm}_${dtype}_${combine}"
+          log "dcpmla demo --backend cuda --dcp $W --gpus $W --comm $comm --dtype $dtype --combine $combine"
+          timeout "$(cap 60)" "$BUILD/tools/dcpmla" demo --backend cuda --dcp "$W" --gpus "$W" \
+            --comm "$comm" --dtype "$dtype" --combine "$combine" > "$OUT/$name.log" 2>&1
+          rc=$?
+          tail -8 "$OUT/$name.log"
+          [ $rc -eq 0 ] || fail "$name (rc $rc, see $name.log)"
+        done
       done
+      # DeepSeek-sized: 128 heads, 16 requests, contexts up to 8K.
+      name="demo_${comm}_h128"
+      log "dcpmla demo --backend cuda --dcp $W --gpus $W --comm $comm --heads 128 --requests 16 --max-context 8192"
+      timeout "$(cap 120)" "$BUILD/tools/dcpmla" demo --backend cuda --dcp "$W" --gpus "$W" \
+        --comm "$comm" --heads 128 --requests 16 --max-context 8192 --combine a2a \
+        > "$OUT/$name.log" 2>&1
+      rc=$?
+      tail -8 "$OUT/$name.log"
+      [ $rc -eq 0 ] || fail "$name (rc $rc, see $name.log)"
     done
-    # DeepSeek-sized: 128 heads, 16 requests, contexts up to 8K.
-    log "dcpmla demo --backend cuda --dcp $W --gpus $W --heads 128 --requests 16 --max-context 8192"
-    timeout "$(cap 120)" "$BUILD/tools/dcpmla" demo --backend cuda --dcp "$W" --gpus "$W" \
-      --heads 128 --requests 16 --max-context 8192 --combine a2a > "$OUT/demo_h128.log" 2>&1
-    rc=$?
-    tail -8 "$OUT/demo_h128.log"
-    [ $rc -eq 0 ] || fail "demo_h128 (rc $rc, see demo_h128.log)"
   fi
 fi
 
@@ -140,17 +146,19 @@ if want breakdown; then
     fail "dcpmla_multigpu_bench was not built"
   else
     # 32K x 32, H 128 (Q 1 and ragged), W = 2 (and W); 100 steps, each collective 200 calls alone.
-    for mode in events noevents; do
-      extra=(--alone-calls 200)
-      [ "$mode" = noevents ] && extra=(--no-launch-events --alone-calls 0)
-      name="multigpu_breakdown_$mode"
-      log "dcpmla_multigpu_bench --contexts 32768 --batches 32 --heads 128 --worlds ${BREAKDOWN_WORLDS[*]} ${extra[*]}"
-      DCPMLA_COMMIT="$COMMIT" timeout "$(cap 120)" "$BENCH" --contexts 32768 --batches 32 \
-        --heads 128 --worlds "${BREAKDOWN_WORLDS[@]}" --steps 100 --budget-s 90 \
-        --out "$OUT/$name.json" "${extra[@]}" > "$OUT/$name.txt" 2>&1
-      rc=$?
-      cat "$OUT/$name.txt"
-      [ $rc -eq 0 ] || fail "$name (rc $rc, see $name.txt)"
+    for comm in nccl peer; do
+      for mode in events noevents; do
+        extra=(--alone-calls 200)
+        [ "$mode" = noevents ] && extra=(--no-launch-events --alone-calls 0)
+        name="multigpu_breakdown_${comm}_$mode"
+        log "dcpmla_multigpu_bench --comm $comm --contexts 32768 --batches 32 --heads 128 --worlds ${BREAKDOWN_WORLDS[*]} ${extra[*]}"
+        DCPMLA_COMMIT="$COMMIT" timeout "$(cap 120)" "$BENCH" --comm "$comm" --contexts 32768 \
+          --batches 32 --heads 128 --worlds "${BREAKDOWN_WORLDS[@]}" --steps 100 --budget-s 90 \
+          --out "$OUT/$name.json" "${extra[@]}" > "$OUT/$name.txt" 2>&1
+        rc=$?
+        cat "$OUT/$name.txt"
+        [ $rc -eq 0 ] || fail "$name (rc $rc, see $name.txt)"
+      done
     done
   fi
 fi

@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "dcpmla/cpu_backend.h"
+#include "dcpmla/dcp.h"
 #include "dcpmla/sim/runner.h"
 #include "dcpmla/sim/scenario.h"
 #include "placement.h"
@@ -22,6 +23,7 @@ struct DemoOptions {
   std::string combine = "ag_rs";
   std::string backend = "cpu";
   int gpus = 0;
+  std::string comm = "nccl";
   int threads = 0;
 };
 
@@ -35,7 +37,10 @@ int run_demo(DemoOptions o) {
 
   const int per_rank = std::max(
       1, (o.threads > 0 ? o.threads : int(std::thread::hardware_concurrency())) / spec.world);
-  const Placement ranks = place_ranks(o.backend, spec.world, o.gpus, per_rank);
+  const Placement ranks =
+      place_ranks(o.backend, spec.world, o.gpus, per_rank, o.comm,
+                  dcp_exchange_chunk_bytes(spec.world, sc.batch.rows(),
+                                           std::max(1, spec.heads / spec.world), spec.q_dtype));
   sim::RunOptions run;
   run.combine = combine;
   // Enough work items to fill the threads of a rank, or the SMs of a GPU (132 on the H200).
@@ -138,8 +143,11 @@ Runner add_demo(CLI::App& app) {
   app.add_option("--backend", o->backend, "cpu or cuda");
   app.add_option("--gpus", o->gpus,
                  "with --backend cuda: 0 (every rank simulated on GPU 0), or W to run rank r on "
-                 "GPU r with NCCL collectives")
+                 "GPU r")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--comm", o->comm,
+                 "collectives of a run on W GPUs: nccl, or peer (direct NVLink stores between "
+                 "the GPUs)");
   return [o] { return run_demo(*o); };
 }
 

@@ -8,6 +8,7 @@
 #include "dcpmla/error.h"
 #if DCPMLA_HAVE_CUDA
 #include "dcpmla/cuda_backend.h"
+#include "dcpmla/peer_comm.h"
 #endif
 #if DCPMLA_HAVE_NCCL
 #include "dcpmla/nccl_comm.h"
@@ -19,6 +20,17 @@ sim::RunResult Placement::run(const sim::Scenario& sc, const sim::RunOptions& op
   return collectives ? sim::run_dcp(sc, backend, collectives, options)
                      : sim::run_dcp(sc, backend, options);
 }
+
+namespace {
+
+// Devices 0, 1, ..., count - 1.
+[[maybe_unused]] std::vector<int> first_gpus(int count) {
+  std::vector<int> devices(static_cast<std::size_t>(count));
+  for (int d = 0; d < count; ++d) devices[std::size_t(d)] = d;
+  return devices;
+}
+
+}  // namespace
 
 Placement simulated_on_gpu0() {
 #if DCPMLA_HAVE_CUDA
@@ -32,10 +44,17 @@ Placement simulated_on_gpu0() {
 #endif
 }
 
-Placement place_ranks(const std::string& backend, int world, int gpus, int cpu_threads_per_rank) {
+Placement place_ranks(const std::string& backend, int world, int gpus, int cpu_threads_per_rank,
+                      const std::string& comm, std::size_t peer_chunk_bytes) {
   require(backend == "cpu" || backend == "cuda", ErrorCode::invalid_argument, "--backend",
           "cpu or cuda", "'" + backend + "'");
+  require(comm == "nccl" || comm == "peer", ErrorCode::invalid_argument, "--comm", "nccl or peer",
+          "'" + comm + "'");
   require(gpus >= 0, ErrorCode::invalid_argument, "--gpus", ">= 0", std::to_string(gpus));
+  require(gpus > 0 || comm == "nccl", ErrorCode::invalid_argument, "--comm",
+          "nccl (the default) unless the ranks run on --gpus W: simulated ranks exchange data "
+          "in process",
+          "'" + comm + "'");
   if (backend == "cpu") {
     require(gpus == 0, ErrorCode::invalid_argument, "--gpus", "0 with --backend cpu",
             std::to_string(gpus));
@@ -49,6 +68,23 @@ Placement place_ranks(const std::string& backend, int world, int gpus, int cpu_t
           fmt::format("0 (every rank simulated on GPU 0) or the DCP world {} (one rank per GPU)",
                       world),
           std::to_string(gpus));
+#if DCPMLA_HAVE_CUDA
+  if (comm == "peer") {
+    auto group = std::make_shared<PeerGroup>(first_gpus(gpus), peer_chunk_bytes);
+    Placement p;
+    p.description = fmt::format(
+        "cuda backend, {} GPUs with peer collectives (NVLink stores), each rank holding only its "
+        "KV shard",
+        gpus);
+    p.backend = [](int rank) { return make_cuda_backend(rank); };
+    p.collectives = [g = group.get()](int rank, Backend&) -> std::unique_ptr<Communicator> {
+      return std::make_unique<CommunicatorRef>(g->communicator(rank));
+    };
+    p.multi_gpu = true;
+    p.resources = group;
+    return p;
+  }
+#endif
 #if DCPMLA_HAVE_CUDA && DCPMLA_HAVE_NCCL
   // NVLink multicast stays off unless the environment sets it: on shared machines a program
   // using it can take the GPUs out of service, and these collectives do not need it.
@@ -66,7 +102,8 @@ Placement place_ranks(const std::string& backend, int world, int gpus, int cpu_t
   return p;
 #else
   throw Error(ErrorCode::unsupported, "--gpus",
-              "0 (this build has no NCCL communicator: configure with -DDCPMLA_NCCL=ON)",
+              "0, or --comm peer (this build has no NCCL communicator: configure with "
+              "-DDCPMLA_NCCL=ON)",
               std::to_string(gpus));
 #endif
 }

@@ -24,6 +24,7 @@
 
 #include "dcpmla/error.h"
 #include "dcpmla/nccl_comm.h"
+#include "dcpmla/peer_comm.h"
 #include "event_timer.h"
 #include "grid.h"
 #include "measure.h"
@@ -67,6 +68,17 @@ nlohmann::json describe_devices(int count) {
   return devices;
 }
 
+// The largest chunk any step of the grid moves per rank at world w (a PeerGroup's capacity).
+std::size_t peer_chunk_capacity(const std::vector<Shape>& grid, int w, int block_size) {
+  std::size_t bytes = 1;
+  for (const Shape& shape : grid) {
+    if (shape.heads % w != 0) continue;
+    const std::int64_t rows = make_batch(shape, w, block_size).batch.rows();
+    bytes = std::max(bytes, dcp_exchange_chunk_bytes(w, rows, shape.heads / w, DType::bf16));
+  }
+  return bytes;
+}
+
 // W = 1, the powers of two up to the GPUs present, and the GPU count itself.
 std::vector<int> default_worlds(int gpus) {
   std::vector<int> worlds = {1};
@@ -94,6 +106,11 @@ int run(int argc, char** argv) {
   app.add_option("--heads", grid.heads, "head counts H");
   app.add_option("--batches", grid.batches, "batch sizes (default: per context)");
   app.add_option("--worlds", worlds, "DCP world sizes (default: 1, 2, 4, ... up to the GPUs)");
+  std::string comm_kind = "nccl";
+  app.add_option("--comm", comm_kind,
+                 "the collectives: nccl (NcclLocalGroup), or peer (PeerGroup: direct NVLink "
+                 "stores between the GPUs)")
+      ->check(CLI::IsMember({"nccl", "peer"}));
   app.add_option("--budget-s", budget_s, "skip the remaining shapes after this many seconds");
   app.add_option("--target-work-items", mo.target_work_items,
                  "split-KV work items aimed at per rank (default 0: the CUDA backend's policy, "
@@ -141,6 +158,7 @@ int run(int argc, char** argv) {
       {"cuda_runtime", runtime},
       {"cuda_driver", driver},
       {"NCCL_NVLS_ENABLE", nvls ? nvls : "unset"},
+      {"communicator", comm_kind},
       {"settings",
        {{"warmup", mo.warmup},
         {"steps", mo.steps},
@@ -183,10 +201,24 @@ int run(int argc, char** argv) {
   };
 
   fmt::print(
-      "dcpmla_multigpu_bench: {} GPU(s) ({}), NCCL {}, worlds {}, {} steps after {} warm-up\n",
-      gpus, p0.name, nccl_version, fmt::join(worlds, ","), mo.steps, mo.warmup);
-  std::map<int, std::unique_ptr<NcclLocalGroup>> groups;
-  for (int w : worlds) groups[w] = std::make_unique<NcclLocalGroup>(first_devices(w));
+      "dcpmla_multigpu_bench: {} GPU(s) ({}), NCCL {}, collectives {}, worlds {}, {} steps after "
+      "{} warm-up\n",
+      gpus, p0.name, nccl_version, comm_kind, fmt::join(worlds, ","), mo.steps, mo.warmup);
+  // Each world's group, and its communicators by rank.
+  std::map<int, std::unique_ptr<NcclLocalGroup>> nccl_groups;
+  std::map<int, std::unique_ptr<PeerGroup>> peer_groups;
+  std::map<int, std::vector<Communicator*>> comms;
+  for (int w : worlds) {
+    std::vector<Communicator*>& ranks = comms[w];
+    if (comm_kind == "peer") {
+      auto& g = peer_groups[w] = std::make_unique<PeerGroup>(
+          first_devices(w), peer_chunk_capacity(make_grid(grid), w, mo.block_size));
+      for (int r = 0; r < w; ++r) ranks.push_back(&g->communicator(r));
+    } else {
+      auto& g = nccl_groups[w] = std::make_unique<NcclLocalGroup>(first_devices(w));
+      for (int r = 0; r < w; ++r) ranks.push_back(&g->communicator(r));
+    }
+  }
 
   print_header();
   bool ok = true;
@@ -201,7 +233,7 @@ int run(int argc, char** argv) {
     for (int w : worlds) {
       if (shape.heads % w != 0) continue;
       try {
-        all.push_back({shape, measure(*groups[w], shape, mo)});
+        all.push_back({shape, measure(comms[w], shape, mo)});
       } catch (const std::exception& e) {
         fmt::print(stderr, "{} W={}: {}\n", shape.name(), w, e.what());
         doc["errors"].push_back({{"shape", shape.name()}, {"world", w}, {"error", e.what()}});

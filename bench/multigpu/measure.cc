@@ -193,8 +193,9 @@ CombineTiming summarize(Variant v, std::size_t c, const std::vector<RankRecord>&
 
 }  // namespace
 
-ShapeTiming measure(const NcclLocalGroup& group, const Shape& shape, const MeasureOptions& o) {
-  const int W = group.world();
+ShapeTiming measure(const std::vector<Communicator*>& comms, const Shape& shape,
+                    const MeasureOptions& o) {
+  const int W = int(comms.size());
   const ShapeBatch sb = make_batch(shape, W, o.block_size);
 
   ShapeTiming result;
@@ -221,7 +222,7 @@ ShapeTiming measure(const NcclLocalGroup& group, const Shape& shape, const Measu
       sync.arrive_and_wait();
       if (setup_failed) return;
       try {
-        Communicator& comm = group.communicator(r);
+        Communicator& comm = *comms[std::size_t(r)];
         RankRecord& rec = records[std::size_t(r)];
         CollectiveRecorder recorder(comm);
         for (const Variant& v : kVariants) {

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "dcpmla/comm.h"
 #include "dcpmla/dcp.h"
-#include "dcpmla/nccl_comm.h"
 #include "grid.h"
 
 namespace dcpmla::bench {
@@ -90,8 +90,10 @@ struct MeasureOptions {
   int alone_calls = 100;
 };
 
-// Rank r runs on its own thread with group.communicator(r). Throws the first rank's Error when
-// any rank fails to set up (before any collective starts).
-ShapeTiming measure(const NcclLocalGroup& group, const Shape& shape, const MeasureOptions& options);
+// Rank r runs on its own thread with *comms[r] (one communicator per rank of a group of
+// comms.size() ranks, rank r on GPU r). Throws the first rank's Error when any rank fails to set
+// up (before any collective starts).
+ShapeTiming measure(const std::vector<Communicator*>& comms, const Shape& shape,
+                    const MeasureOptions& options);
 
 }  // namespace dcpmla::bench

@@ -35,6 +35,31 @@ class Communicator {
   }
 };
 
+// A non-owning view that forwards every call to another communicator, which must outlive it: for
+// APIs that take ownership of a communicator while a group owns the real one.
+class CommunicatorRef final : public Communicator {
+ public:
+  explicit CommunicatorRef(Communicator& to) : to_(to) {}
+  int rank() const override { return to_.rank(); }
+  int world() const override { return to_.world(); }
+  void all_gather(const void* send, void* recv, std::size_t count, DType dtype, Stream s) override {
+    to_.all_gather(send, recv, count, dtype, s);
+  }
+  void reduce_scatter_sum(const float* send, float* recv, std::size_t count, Stream s) override {
+    to_.reduce_scatter_sum(send, recv, count, s);
+  }
+  void all_to_all(const void* send, void* recv, std::size_t count, DType dtype, Stream s) override {
+    to_.all_to_all(send, recv, count, dtype, s);
+  }
+  void all_to_all_peers(const void* send, void* recv, std::size_t count, DType dtype,
+                        Stream s) override {
+    to_.all_to_all_peers(send, recv, count, dtype, s);
+  }
+
+ private:
+  Communicator& to_;
+};
+
 // W ranks as threads of one process whose buffers all live in one address space (host memory, or
 // one GPU's memory for ranks simulated on one device). Create one group, then one communicator
 // per rank; each rank's thread calls the collectives in the same order. Data moves through the

@@ -34,7 +34,15 @@ class DcpWorkspace {
   DeviceBuffer recv_out;     // ag_rs: [N, Hl, 512] f32;    a2a: [W, N, Hl, 513] f32
   DeviceBuffer recv_lse;     // ag_rs: [W, N, W*Hl] f32 gathered LSE
   DeviceBuffer decode;       // the plan's split-KV workspace
+
+  // dcp_exchange_chunk_bytes for this workspace.
+  std::size_t exchange_chunk_bytes() const;
 };
+
+// The largest chunk, in bytes, any collective of a step with up to max_rows rows moves per rank
+// (the chunk capacity a PeerGroup needs): the query, the LSE, or the rows of either combine.
+std::size_t dcp_exchange_chunk_bytes(int world, std::int64_t max_rows, int heads_per_rank,
+                                     DType q_dtype);
 
 // Points of a step at which an optional DcpStepTimer is called, in this order:
 // begin | query all-gather + unpack | query_gathered | local decode | decoded | combine | combined.

@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "dcpmla/dcp.h"
 #include "dcpmla/error.h"
 
@@ -80,6 +82,21 @@ DcpWorkspace::DcpWorkspace(Backend& backend, int world_, std::int64_t max_rows_,
   recv_out = DeviceBuffer(backend, W * N * Hl * kPackedRow * 4);
   recv_lse = DeviceBuffer(backend, W * N * H * 4);
   decode = DeviceBuffer(backend, decode_bytes);
+}
+
+std::size_t dcp_exchange_chunk_bytes(int world, std::int64_t max_rows, int heads_per_rank,
+                                     DType q_dtype) {
+  const std::size_t W = std::size_t(std::max(world, 0)),
+                    N = std::size_t(std::max<std::int64_t>(max_rows, 0)),
+                    Hl = std::size_t(std::max(heads_per_rank, 0));
+  const std::size_t query = N * Hl * kHeadDim * dtype_size(q_dtype);
+  const std::size_t lse = N * W * Hl * 4;
+  const std::size_t rows = N * Hl * std::max<std::size_t>(kPackedRow, kLatentDim) * 4;
+  return std::max({query, lse, rows});
+}
+
+std::size_t DcpWorkspace::exchange_chunk_bytes() const {
+  return dcp_exchange_chunk_bytes(world, max_rows, heads_per_rank, q_dtype);
 }
 
 void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpStepArgs& a,

@@ -27,17 +27,4 @@ void check_cuda(int cuda_result, const char* call) {
   }
 }
 
-DeviceScope::DeviceScope(int device) {
-  int current = -1;
-  DCPMLA_NCCL_CUDA_CHECK(cudaGetDevice(&current));
-  if (current != device) {
-    DCPMLA_NCCL_CUDA_CHECK(cudaSetDevice(device));
-    previous_ = current;
-  }
-}
-
-DeviceScope::~DeviceScope() {
-  if (previous_ >= 0) cudaSetDevice(previous_);
-}
-
 }  // namespace dcpmla::nccl

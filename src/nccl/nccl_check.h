@@ -1,11 +1,12 @@
 // NCCL and CUDA runtime failures as dcpmla::Error(backend_failure, <call>, "<success>", <message>),
-// and a scoped current-device switch.
+// and the scoped current-device switch NCCL calls use.
 #pragma once
 
 #include <nccl.h>
 
 #include <string>
 
+#include "cuda/device_scope.h"
 #include "dcpmla/error.h"
 
 namespace dcpmla::nccl {
@@ -21,19 +22,8 @@ void check_nccl(ncclResult_t result, const char* call, ncclComm_t comm = nullptr
 // (a cudaError_t) is cudaSuccess.
 void check_cuda(int cuda_result, const char* call);
 
-// Makes `device` current for the calling thread for the scope and restores the previous one
-// (NCCL calls and the stream handed to them belong to the communicator's device). Host-only
-// calls, so it is allowed while a stream is being captured.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device);
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-  ~DeviceScope();
-
- private:
-  int previous_ = -1;
-};
+// NCCL calls and the stream handed to them belong to the communicator's device.
+using DeviceScope = cuda::DeviceScope;
 
 }  // namespace dcpmla::nccl
 

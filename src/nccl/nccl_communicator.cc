@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "collective_args.h"
+#include "comm/collective_args.h"
 #include "dcpmla/error.h"
 #include "dcpmla/nccl_comm.h"
 #include "nccl_check.h"
@@ -64,7 +64,7 @@ NcclCommunicator::~NcclCommunicator() {
 void NcclCommunicator::all_gather(const void* send, void* recv, std::size_t count, DType dtype,
                                   Stream s) {
   const ncclDataType_t type = nccl::nccl_dtype(dtype);
-  nccl::check(nccl::all_gather_args(send, recv, count, dtype, world_, rank_));
+  collective::check(collective::all_gather_args(send, recv, count, dtype, world_, rank_));
   if (count == 0) return;
   nccl::DeviceScope on(device_);
   DCPMLA_NCCL_CHECK(ncclAllGather(send, recv, count, type, comm_, as_stream(s)), comm_);
@@ -72,7 +72,7 @@ void NcclCommunicator::all_gather(const void* send, void* recv, std::size_t coun
 
 void NcclCommunicator::reduce_scatter_sum(const float* send, float* recv, std::size_t count,
                                           Stream s) {
-  nccl::check(nccl::reduce_scatter_args(send, recv, count, world_, rank_));
+  collective::check(collective::reduce_scatter_args(send, recv, count, world_, rank_));
   if (count == 0) return;
   nccl::DeviceScope on(device_);
   DCPMLA_NCCL_CHECK(ncclReduceScatter(send, recv, count, ncclFloat32, ncclSum, comm_, as_stream(s)),
@@ -92,7 +92,7 @@ void NcclCommunicator::all_to_all_peers(const void* send, void* recv, std::size_
 void NcclCommunicator::send_recv_chunks(const void* send, void* recv, std::size_t count,
                                         DType dtype, Stream s, bool own_chunk) {
   const ncclDataType_t type = nccl::nccl_dtype(dtype);
-  nccl::check(nccl::all_to_all_args(send, recv, count, dtype, world_, rank_));
+  collective::check(collective::all_to_all_args(send, recv, count, dtype, world_, rank_));
   if (count == 0) return;
   nccl::DeviceScope on(device_);
   const std::size_t chunk = count * dtype_size(dtype);

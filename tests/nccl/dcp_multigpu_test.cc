@@ -14,6 +14,7 @@ namespace dcpmla {
 namespace {
 
 using multigpu_testing::all_on_gpu0;
+using multigpu_testing::CommKind;
 using multigpu_testing::one_gpu_per_rank;
 using multigpu_testing::RankCollectives;
 using multigpu_testing::world;
@@ -53,11 +54,15 @@ void expect_multigpu_matches(const RankCollectives& ranks, const sim::Scenario& 
   }
 }
 
-class DcpMultiGpu : public ::testing::Test {
+// Every case runs over NCCL and over the peer communicator (direct NVLink stores).
+class DcpMultiGpu : public ::testing::TestWithParam<CommKind> {
  protected:
   void SetUp() override {
     DCPMLA_REQUIRE_GPUS_OR_CPU_RUN(2);
-    ranks_ = std::make_unique<RankCollectives>(world());
+    if (multigpu_testing::on_cpu() && GetParam() == CommKind::peer) {
+      GTEST_SKIP() << "the peer communicator needs GPUs (on the CPU: in-process collectives)";
+    }
+    ranks_ = std::make_unique<RankCollectives>(world(), GetParam());
   }
   const RankCollectives& ranks() const { return *ranks_; }
   sim::RunResult run(const sim::Scenario& sc, const sim::RunOptions& o) const {
@@ -71,7 +76,7 @@ class DcpMultiGpu : public ::testing::Test {
 // Random ragged speculative batches: Q from 1 + 0..K drafts, log-uniform contexts, a request
 // shorter than W + Q, head counts of real models, bf16 and fp8 caches, both combines, padding
 // rows, several split policies and interleaves.
-TEST_F(DcpMultiGpu, RandomRaggedBatchesMatchSimulationAndReference) {
+TEST_P(DcpMultiGpu, RandomRaggedBatchesMatchSimulationAndReference) {
   std::mt19937_64 rng(4242);
   auto pick = [&](std::initializer_list<int> v) { return *(v.begin() + rng() % v.size()); };
   for (int i = 0; i < 12; ++i) {
@@ -103,7 +108,7 @@ TEST_F(DcpMultiGpu, RandomRaggedBatchesMatchSimulationAndReference) {
 
 // Rows that see nothing on a rank, ranks that hold nothing of a request (T < W) or of the whole
 // batch, and padding rows: exactly O = 0, LSE = -inf where the reference is empty.
-TEST_F(DcpMultiGpu, EmptyRanksAndPaddingRows) {
+TEST_P(DcpMultiGpu, EmptyRanksAndPaddingRows) {
   struct Shape {
     std::vector<int> q;
     std::vector<std::int64_t> t;
@@ -134,7 +139,7 @@ TEST_F(DcpMultiGpu, EmptyRanksAndPaddingRows) {
 }
 
 // The SPEC's batches (testing::spec_batches), 128 heads as DeepSeek-V3 has.
-TEST_F(DcpMultiGpu, SpecVectorBatches) {
+TEST_P(DcpMultiGpu, SpecVectorBatches) {
   int seed = 120;
   for (const testing::SpecBatch& v : testing::spec_batches()) {
     for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
@@ -156,7 +161,7 @@ TEST_F(DcpMultiGpu, SpecVectorBatches) {
 
 // Across GPUs too, flattened single-token rows and the native form agree bit for bit (same KV
 // split), and seeing future drafts fails the comparison.
-TEST_F(DcpMultiGpu, FlattenedMatchesNativeAndTheNegativeControlFails) {
+TEST_P(DcpMultiGpu, FlattenedMatchesNativeAndTheNegativeControlFails) {
   sim::ScenarioSpec spec;
   spec.world = world();
   spec.heads = 16 * world();
@@ -181,6 +186,12 @@ TEST_F(DcpMultiGpu, FlattenedMatchesNativeAndTheNegativeControlFails) {
     EXPECT_GT(bad.max_out_error, 0.05) << to_string(combine);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Collectives, DcpMultiGpu,
+                         ::testing::Values(CommKind::nccl, CommKind::peer),
+                         [](const ::testing::TestParamInfo<CommKind>& info) {
+                           return std::string(multigpu_testing::to_string(info.param));
+                         });
 
 }  // namespace
 }  // namespace dcpmla

@@ -1,5 +1,5 @@
-// Helpers of the multi-GPU suites: how many GPUs can run the CUDA backend, backend and NCCL
-// communicator factories for sim::run_dcp, and a thread per rank.
+// Helpers of the multi-GPU suites: how many GPUs can run the CUDA backend, backend and NCCL or
+// peer communicator factories for sim::run_dcp, and a thread per rank.
 //
 // With DCPMLA_MULTIGPU_TESTS_ON_CPU=1 the DCP suite runs its ranks on the CPU backend with
 // in-process collectives instead (W = 2), which checks the suite itself where no GPU exists.
@@ -18,6 +18,7 @@
 #include "dcpmla/cpu_backend.h"
 #include "dcpmla/cuda_backend.h"
 #include "dcpmla/nccl_comm.h"
+#include "dcpmla/peer_comm.h"
 #include "dcpmla/sim/runner.h"
 
 namespace dcpmla::multigpu_testing {
@@ -60,13 +61,25 @@ inline sim::BackendFactory all_on_gpu0() {
   return [](int) { return make_cuda_backend(0); };
 }
 
-// The collectives of a multi-GPU run: an NCCL group over GPUs 0..W-1 (in-process ones on the
-// CPU). Lives as long as the runs that use it.
+// Which collectives a multi-GPU run uses.
+enum class CommKind { nccl, peer };
+inline const char* to_string(CommKind k) {
+  return k == CommKind::nccl ? "nccl" : "peer";
+}
+
+// The staging chunk of the suites' peer groups: above the largest step the suites run (rows of
+// 16 requests x 8 tokens + padding, 128 heads, W = 2).
+inline constexpr std::size_t kPeerChunkBytes = std::size_t(48) << 20;
+
+// The collectives of a multi-GPU run: an NCCL or a peer group over GPUs 0..W-1 (in-process ones
+// on the CPU). Lives as long as the runs that use it.
 class RankCollectives {
  public:
-  explicit RankCollectives(int world) {
+  explicit RankCollectives(int world, CommKind kind = CommKind::nccl) {
     if (on_cpu()) {
       in_process_ = std::make_unique<InProcessGroup>(world);
+    } else if (kind == CommKind::peer) {
+      peer_ = std::make_unique<PeerGroup>(first_devices(world), kPeerChunkBytes);
     } else {
       nccl_ = std::make_unique<NcclLocalGroup>(first_devices(world));
     }
@@ -78,6 +91,11 @@ class RankCollectives {
         return std::make_unique<InProcessCommunicator>(*g, rank, &be);
       };
     }
+    if (peer_) {
+      return [g = peer_.get()](int rank, Backend&) -> std::unique_ptr<Communicator> {
+        return std::make_unique<CommunicatorRef>(g->communicator(rank));
+      };
+    }
     return [g = nccl_.get()](int rank, Backend&) -> std::unique_ptr<Communicator> {
       return NcclCommunicator::wrap(g->communicator(rank).handle());
     };
@@ -85,6 +103,7 @@ class RankCollectives {
 
  private:
   std::unique_ptr<NcclLocalGroup> nccl_;
+  std::unique_ptr<PeerGroup> peer_;
   std::unique_ptr<InProcessGroup> in_process_;
 };
 

@@ -1,6 +1,6 @@
 // Host-side argument checks of the NCCL collectives: they run before NCCL sees anything, so they
 // need no GPU.
-#include "nccl/collective_args.h"
+#include "comm/collective_args.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 
 #include "dcpmla/error.h"
 
-namespace dcpmla::nccl {
+namespace dcpmla::collective {
 namespace {
 
 // Runs check() and returns the Error it throws (fails the test when it throws nothing).
@@ -104,4 +104,4 @@ TEST(CollectiveArgs, RankOutsideTheWorldIsRejected) {
 }
 
 }  // namespace
-}  // namespace dcpmla::nccl
+}  // namespace dcpmla::collective

@@ -1,12 +1,13 @@
-// Host-side checks of one collective's arguments, run before NCCL sees them: null buffers with a
-// nonzero count, sizes that overflow, and buffers that overlap other than in NCCL's in-place form.
+// Host-side checks of one collective's arguments, run before NCCL (or the peer communicator) sees
+// them: null buffers with a nonzero count, sizes that overflow, and buffers that overlap other than
+// in NCCL's in-place form.
 #pragma once
 
 #include <cstddef>
 
 #include "dcpmla/types.h"
 
-namespace dcpmla::nccl {
+namespace dcpmla::collective {
 
 // The one overlap of send and recv that NCCL accepts, if any.
 enum class InPlace {
@@ -41,4 +42,4 @@ CollectiveArgs reduce_scatter_args(const float* send, const float* recv, std::si
 CollectiveArgs all_to_all_args(const void* send, const void* recv, std::size_t count, DType dtype,
                                int world, int rank);
 
-}  // namespace dcpmla::nccl
+}  // namespace dcpmla::collective

@@ -9,7 +9,7 @@
 
 #include "dcpmla/error.h"
 
-namespace dcpmla::nccl {
+namespace dcpmla::collective {
 namespace {
 
 constexpr std::size_t kMaxSize = std::numeric_limits<std::size_t>::max();
@@ -90,4 +90,4 @@ CollectiveArgs all_to_all_args(const void* send, const void* recv, std::size_t c
           world,        rank, world, world, InPlace::never};
 }
 
-}  // namespace dcpmla::nccl
+}  // namespace dcpmla::collective

@@ -1,0 +1,95 @@
+// The Communicator over direct NVLink stores: one process driving W local GPUs that can reach each
+// other's memory (peer access), one DCP rank per GPU.
+//
+// Why: on the H200 machines NCCL takes 25-40 us per collective for the 2-5 MB a DCP step moves,
+// almost all of it per-call cost (bench/NOTES.md, sessions 5-8). Here every collective is one
+// kernel on the caller's stream: each thread block pushes its slice of every peer's chunk into
+// that peer's staging area with plain stores over NVLink, raises a flag per (peer, block) with a
+// system-scope release, waits for the peers' flags on its own slice, then copies (or, for
+// reduce_scatter_sum, sums) its slice out of its staging area into recv. The staging areas are
+// double buffered by call parity: a producer can only be two calls ahead of a consumer's reading
+// if the consumer's call has ended, because the call between them needs the consumer's flags.
+// (Each block also waits for its consumers' acknowledgement of that call, which under these
+// rules is already there: a guard, not a cost on the path.) The call counters live in device
+// memory, so a step captured in a CUDA graph stays correct when replayed. No host
+// synchronisation, no allocation per call. Like NCCL, there is no timeout: a rank that stops
+// calling leaves its peers' kernels waiting.
+//
+// Rules (as for NCCL): every rank calls the same collectives in the same order with the same
+// counts; a communicator's calls are ordered on the device (one stream, or streams ordered by
+// events). A chunk (count elements) may hold at most the group's chunk capacity.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "dcpmla/comm.h"
+
+namespace dcpmla {
+
+class PeerGroup;
+
+class PeerCommunicator final : public Communicator {
+ public:
+  struct Shared;  // the group's device areas, as every rank sees them (opaque)
+
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  int device() const { return device_; }
+
+  // recv [world, count] <- every rank's send [count]. In place when send == recv + rank * count.
+  void all_gather(const void* send, void* recv, std::size_t count, DType dtype, Stream s) override;
+  // recv [count] <- sum over ranks r = 0, 1, ... of send [world, count] chunk `rank`, in that
+  // order (f32). In place when recv == send + rank * count.
+  void reduce_scatter_sum(const float* send, float* recv, std::size_t count, Stream s) override;
+  // recv chunk r <- rank r's send chunk `rank`, both [world, count]; no overlap.
+  void all_to_all(const void* send, void* recv, std::size_t count, DType dtype, Stream s) override;
+  // all_to_all leaving recv chunk `rank` untouched.
+  void all_to_all_peers(const void* send, void* recv, std::size_t count, DType dtype,
+                        Stream s) override;
+
+ private:
+  friend class PeerGroup;
+  PeerCommunicator(const Shared& shared, int rank, int world, int device);
+  const Shared& shared_;
+  int rank_;
+  int world_;
+  int device_;
+};
+
+// W local GPUs with peer access between every pair; rank r runs on devices[r]. Each rank's
+// collectives are issued by its own thread (or one thread, rank after rank: a collective's kernel
+// waits on the device, never on the host).
+class PeerGroup {
+ public:
+  // At most 8 distinct devices that exist, every pair with peer access (enabled here; left
+  // enabled afterwards, since other code on the devices may rely on it). chunk_capacity: the most
+  // bytes of one chunk (count * element size) any call will move (dcp_exchange_chunk_bytes gives
+  // it for a DCP step; rounded up to a multiple of 16). Allocates 2 * W * chunk_capacity bytes of
+  // staging on every device.
+  // Throws Error naming "devices" or "chunk_capacity".
+  PeerGroup(std::vector<int> devices, std::size_t chunk_capacity);
+  PeerGroup(const PeerGroup&) = delete;
+  PeerGroup& operator=(const PeerGroup&) = delete;
+  // Frees the staging areas (cudaFree waits for work still using them).
+  ~PeerGroup();
+
+  int world() const { return int(devices_.size()); }
+  const std::vector<int>& devices() const { return devices_; }
+  std::size_t chunk_capacity() const;
+  // Rank r's communicator (owned by the group).
+  PeerCommunicator& communicator(int rank) const;
+
+  // Whether the constructor accepts these devices: 1 to 8 distinct ones that exist, every pair
+  // with peer access. Never throws.
+  static bool supported(const std::vector<int>& devices);
+
+ private:
+  std::vector<int> devices_;
+  std::unique_ptr<PeerCommunicator::Shared> shared_;
+  std::vector<std::unique_ptr<PeerCommunicator>> communicators_;
+};
+
+}  // namespace dcpmla

@@ -1,0 +1,56 @@
+// The one kernel behind every PeerCommunicator collective (peer_exchange.cu), and the device
+// memory it works in (one area per rank, allocated by PeerGroup).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace dcpmla::peer {
+
+constexpr int kMaxWorld = 8;
+// Thread blocks of every exchange. Block b owns slice b of every chunk, on every rank, whatever
+// the count, so its flags pair with block b of each peer.
+constexpr int kLanes = 64;
+
+// One rank's area, as mapped on the rank that uses the pointers (a peer's pointers are valid on
+// every rank of the group: peer access and unified addressing).
+struct RankArea {
+  std::uint8_t* staging = nullptr;  // [2 parities][W sources][chunk_capacity] bytes
+  std::uint64_t* ready = nullptr;   // [W sources][kLanes]: last call whose slice has arrived
+  std::uint64_t* ack = nullptr;     // [W consumers][kLanes]: last call whose slice was read
+  std::uint64_t* calls = nullptr;   // [kLanes]: calls made by each block of this rank
+};
+
+// Bytes of one rank's area, and where its parts start, for `world` ranks.
+struct AreaLayout {
+  std::size_t staging_bytes, ready_offset, ack_offset, calls_offset, total_bytes;
+};
+AreaLayout area_layout(int world, std::size_t chunk_capacity);
+RankArea area_at(void* base, int world, std::size_t chunk_capacity);
+
+enum class ExchangeOp : int {
+  gather,       // send [chunk] to every peer; recv [W, chunk]
+  all_to_all,   // send [W, chunk]: chunk p to peer p; recv [W, chunk]
+  scatter_sum,  // send [W, chunk] f32: chunk p to peer p; recv [chunk] = sum over sources
+};
+
+struct ExchangeParams {
+  ExchangeOp op;
+  int world;
+  int rank;
+  const std::uint8_t* send;
+  std::uint8_t* recv;
+  std::size_t chunk;           // bytes
+  bool copy_own;               // gather / all_to_all: copy the own chunk from send into recv
+  bool vector16;               // send, recv and chunk are multiples of 16 bytes
+  std::size_t chunk_capacity;  // bytes of one staging chunk
+  RankArea areas[kMaxWorld];   // every rank's area
+};
+
+// Enqueues the exchange on stream s (the rank's device must be current). Returns the launch
+// status.
+cudaError_t launch_exchange(const ExchangeParams& p, cudaStream_t s);
+
+}  // namespace dcpmla::peer
