@@ -79,7 +79,7 @@ log "environment in env.txt; $GPUS GPU(s), DCP world for the demo: $W"
 
 # --- build --------------------------------------------------------------------------------
 TARGETS=(dcpmla_tool dcpmla_multigpu_bench nccl_host_test nccl_communicator_test nccl_dcp_test
-  nccl_processes_test nccl_rank_process peer_host_test peer_communicator_test)
+  nccl_processes_test nccl_rank_process peer_host_test peer_communicator_test dcpmla_exchange_bench)
 if want build; then
   log "configure + build (Release, CUDA sm_90a, NCCL): ${TARGETS[*]}"
   { cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDCPMLA_CUDA=ON -DDCPMLA_NCCL=ON \

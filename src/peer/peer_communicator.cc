@@ -40,10 +40,11 @@ static void exchange(const PeerCommunicator::Shared& shared, const collective::C
   p.chunk = chunk;
   p.copy_own = copy_own;
   p.vector16 = chunk % 16 == 0 && aligned16(a.send) && aligned16(a.recv);
+  p.fence_every_thread = peer::fence_every_thread();
   p.chunk_capacity = shared.chunk_capacity;
   for (int r = 0; r < a.world; ++r) p.areas[r] = shared.areas[r];
   cuda::DeviceScope on(device);
-  DCPMLA_CUDA_CHECK(peer::launch_exchange(p, static_cast<cudaStream_t>(s)));
+  peer::launch_exchange(p, static_cast<cudaStream_t>(s));
 }
 
 void PeerCommunicator::all_gather(const void* send, void* recv, std::size_t count, DType dtype,

@@ -1,5 +1,9 @@
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
+#include "cuda/device_common.cuh"
+#include "cuda/launch_config.h"
 #include "peer_exchange.h"
 
 namespace dcpmla::peer {
@@ -92,6 +96,7 @@ __device__ void sum_slice(const ExchangeParams& p, const std::uint8_t* staged, S
 __global__ void __launch_bounds__(kThreads) exchange_kernel(const ExchangeParams p) {
   const int lane = blockIdx.x, t = threadIdx.x, W = p.world, me = p.rank;
   const RankArea& mine = p.areas[me];
+  cuda::wait_for_previous_grid();
   const std::uint64_t call = mine.calls[lane] + 1;
   const std::size_t slot_bytes = std::size_t(W) * p.chunk_capacity;
   const std::size_t parity = std::size_t(call & 1) * slot_bytes;
@@ -115,9 +120,12 @@ __global__ void __launch_bounds__(kThreads) exchange_kernel(const ExchangeParams
     copy_slice<true>(to, from, sl, p.vector16);
   }
   // Every thread's stores reach the peers before any flag says they have.
-  __threadfence_system();
+  if (p.fence_every_thread) __threadfence_system();
   __syncthreads();
-  if (t < W && t != me) store_release(p.areas[t].ready + me * kLanes + lane, call);
+  if (t < W && t != me) {
+    if (!p.fence_every_thread) __threadfence_system();
+    store_release(p.areas[t].ready + me * kLanes + lane, call);
+  }
 
   // 3. The own chunk, locally, while the peers' slices travel.
   if (p.copy_own) {
@@ -167,9 +175,16 @@ RankArea area_at(void* base, int world, std::size_t chunk_capacity) {
           reinterpret_cast<std::uint64_t*>(b + l.calls_offset)};
 }
 
-cudaError_t launch_exchange(const ExchangeParams& p, cudaStream_t s) {
-  exchange_kernel<<<kLanes, kThreads, 0, s>>>(p);
-  return cudaGetLastError();
+void launch_exchange(const ExchangeParams& p, cudaStream_t s) {
+  cuda::launch_dependent(exchange_kernel, dim3(kLanes), kThreads, 0, s, "peer exchange_kernel", p);
+}
+
+bool fence_every_thread() {
+  static const bool every = [] {
+    const char* v = std::getenv("DCPMLA_PEER_FENCE");
+    return v == nullptr || std::strcmp(v, "one") != 0;
+  }();
+  return every;
 }
 
 }  // namespace dcpmla::peer

@@ -45,12 +45,19 @@ struct ExchangeParams {
   std::size_t chunk;           // bytes
   bool copy_own;               // gather / all_to_all: copy the own chunk from send into recv
   bool vector16;               // send, recv and chunk are multiples of 16 bytes
+  bool fence_every_thread;     // every thread fences its pushes (false: only the flag writers)
   std::size_t chunk_capacity;  // bytes of one staging chunk
   RankArea areas[kMaxWorld];   // every rank's area
 };
 
-// Enqueues the exchange on stream s (the rank's device must be current). Returns the launch
-// status.
-cudaError_t launch_exchange(const ExchangeParams& p, cudaStream_t s);
+// Enqueues the exchange on stream s (the rank's device must be current) as a dependent launch
+// (PDL: its blocks start while the previous kernel drains, then wait for it). Throws
+// Error(backend_failure) when the launch fails.
+void launch_exchange(const ExchangeParams& p, cudaStream_t s);
+
+// How the pushes are fenced before the flags, from DCPMLA_PEER_FENCE ("one": only the threads
+// that write the flags, after the block's barrier; default: every thread). Read once; for A/B
+// timing.
+bool fence_every_thread();
 
 }  // namespace dcpmla::peer
