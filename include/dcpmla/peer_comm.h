@@ -7,13 +7,16 @@
 // that peer's staging area with plain stores over NVLink, raises a flag per (peer, block) with a
 // system-scope release, waits for the peers' flags on its own slice, then copies (or, for
 // reduce_scatter_sum, sums) its slice out of its staging area into recv. The staging areas are
-// double buffered by call parity: a producer can only be two calls ahead of a consumer's reading
-// if the consumer's call has ended, because the call between them needs the consumer's flags.
-// (Each block also waits for its consumers' acknowledgement of that call, which under these
-// rules is already there: a guard, not a cost on the path.) The call counters live in device
-// memory, so a step captured in a CUDA graph stays correct when replayed. No host
-// synchronisation, no allocation per call. Like NCCL, there is no timeout: a rank that stops
-// calling leaves its peers' kernels waiting.
+// double buffered by call parity, and no acknowledgement is needed: a producer can only be two
+// calls ahead of a consumer's reading if the consumer's call has ended, because the call between
+// them needs the consumer's flags, which its next kernel raises after the previous one ended. The
+// call counters live in device memory, so a step captured in a CUDA graph stays correct when
+// replayed. No host synchronisation, no allocation per call. Like NCCL, there is no timeout: a
+// rank that stops calling leaves its peers' kernels waiting.
+//
+// DCPMLA_PEER_LANES (thread blocks per exchange, default 64, at most 128; read when a group is
+// made) and DCPMLA_PEER_FENCE=all (every thread fences its stores, instead of only the flag
+// writers) are for A/B timing.
 //
 // Rules (as for NCCL): every rank calls the same collectives in the same order with the same
 // counts; a communicator's calls are ordered on the device (one stream, or streams ordered by

@@ -33,8 +33,8 @@ struct Slice {
   std::size_t begin, end;
 };
 
-__device__ Slice slice_of(std::size_t chunk) {
-  const std::size_t per = ((chunk + kLanes - 1) / kLanes + 15) / 16 * 16;
+__device__ Slice slice_of(std::size_t chunk, int lanes) {
+  const std::size_t per = ((chunk + lanes - 1) / lanes + 15) / 16 * 16;
   const std::size_t begin = per * blockIdx.x < chunk ? per * blockIdx.x : chunk;
   const std::size_t end = begin + per < chunk ? begin + per : chunk;
   return {begin, end};
@@ -94,24 +94,15 @@ __device__ void sum_slice(const ExchangeParams& p, const std::uint8_t* staged, S
 }
 
 __global__ void __launch_bounds__(kThreads) exchange_kernel(const ExchangeParams p) {
-  const int lane = blockIdx.x, t = threadIdx.x, W = p.world, me = p.rank;
+  const int lane = blockIdx.x, t = threadIdx.x, W = p.world, me = p.rank, lanes = p.lanes;
   const RankArea& mine = p.areas[me];
   cuda::wait_for_previous_grid();
   const std::uint64_t call = mine.calls[lane] + 1;
   const std::size_t slot_bytes = std::size_t(W) * p.chunk_capacity;
   const std::size_t parity = std::size_t(call & 1) * slot_bytes;
-  const Slice sl = slice_of(p.chunk);
+  const Slice sl = slice_of(p.chunk, lanes);
 
-  // 1. Each peer has read, with all its blocks, what this rank wrote into this parity two calls
-  //    ago (its slices were cut from another count, so every block's ack counts).
-  if (call > 2) {
-    for (int f = t; f < W * kLanes; f += kThreads) {
-      if (f / kLanes != me) wait_at_least(mine.ack + f, call - 2);
-    }
-  }
-  __syncthreads();
-
-  // 2. Push this block's slice of each peer's chunk into the peer's staging, next peer first.
+  // 1. Push this block's slice of each peer's chunk into the peer's staging, next peer first.
   for (int k = 1; k < W; ++k) {
     const int q = (me + k) % W;
     const std::uint8_t* from =
@@ -124,18 +115,18 @@ __global__ void __launch_bounds__(kThreads) exchange_kernel(const ExchangeParams
   __syncthreads();
   if (t < W && t != me) {
     if (!p.fence_every_thread) __threadfence_system();
-    store_release(p.areas[t].ready + me * kLanes + lane, call);
+    store_release(p.areas[t].ready + me * kMaxLanes + lane, call);
   }
 
-  // 3. The own chunk, locally, while the peers' slices travel.
+  // 2. The own chunk, locally, while the peers' slices travel.
   if (p.copy_own) {
     const std::uint8_t* from =
         p.op == ExchangeOp::gather ? p.send : p.send + std::size_t(me) * p.chunk;
     copy_slice<true>(p.recv + std::size_t(me) * p.chunk, from, sl, p.vector16);
   }
 
-  // 4. Wait for each peer's slice of this call, then take it out of the staging area.
-  if (t < W && t != me) wait_at_least(mine.ready + t * kLanes + lane, call);
+  // 3. Wait for each peer's slice of this call, then take it out of the staging area.
+  if (t < W && t != me) wait_at_least(mine.ready + t * kMaxLanes + lane, call);
   __syncthreads();
   const std::uint8_t* staged = mine.staging + parity;
   if (p.op == ExchangeOp::scatter_sum) {
@@ -148,9 +139,10 @@ __global__ void __launch_bounds__(kThreads) exchange_kernel(const ExchangeParams
     }
   }
 
-  // 5. Tell each producer its slice has been read; count the call.
+  // 4. Count the call. No acknowledgement is needed before a producer reuses this parity two
+  //    calls later: it cannot finish the call between without this rank's flags of that call,
+  //    which this rank raises only after this kernel has ended (stream order).
   __syncthreads();
-  if (t < W && t != me) store_release(p.areas[t].ack + me * kLanes + lane, call);
   if (t == 0) mine.calls[lane] = call;
 }
 
@@ -159,11 +151,10 @@ __global__ void __launch_bounds__(kThreads) exchange_kernel(const ExchangeParams
 AreaLayout area_layout(int world, std::size_t chunk_capacity) {
   AreaLayout l{};
   l.staging_bytes = 2 * std::size_t(world) * chunk_capacity;
-  const std::size_t flags = std::size_t(world) * kLanes * sizeof(std::uint64_t);
+  const std::size_t flags = std::size_t(world) * kMaxLanes * sizeof(std::uint64_t);
   l.ready_offset = (l.staging_bytes + 255) / 256 * 256;
-  l.ack_offset = l.ready_offset + flags;
-  l.calls_offset = l.ack_offset + flags;
-  l.total_bytes = l.calls_offset + kLanes * sizeof(std::uint64_t);
+  l.calls_offset = l.ready_offset + flags;
+  l.total_bytes = l.calls_offset + kMaxLanes * sizeof(std::uint64_t);
   return l;
 }
 
@@ -171,20 +162,27 @@ RankArea area_at(void* base, int world, std::size_t chunk_capacity) {
   const AreaLayout l = area_layout(world, chunk_capacity);
   auto* b = static_cast<std::uint8_t*>(base);
   return {b, reinterpret_cast<std::uint64_t*>(b + l.ready_offset),
-          reinterpret_cast<std::uint64_t*>(b + l.ack_offset),
           reinterpret_cast<std::uint64_t*>(b + l.calls_offset)};
 }
 
 void launch_exchange(const ExchangeParams& p, cudaStream_t s) {
-  cuda::launch_dependent(exchange_kernel, dim3(kLanes), kThreads, 0, s, "peer exchange_kernel", p);
+  cuda::launch_dependent(exchange_kernel, dim3(unsigned(p.lanes)), kThreads, 0, s,
+                         "peer exchange_kernel", p);
 }
 
 bool fence_every_thread() {
   static const bool every = [] {
     const char* v = std::getenv("DCPMLA_PEER_FENCE");
-    return v == nullptr || std::strcmp(v, "one") != 0;
+    return v != nullptr && std::strcmp(v, "all") == 0;
   }();
   return every;
+}
+
+int lanes_from_environment() {
+  const char* v = std::getenv("DCPMLA_PEER_LANES");
+  if (v == nullptr || *v == '\0') return kDefaultLanes;
+  const int lanes = std::atoi(v);
+  return lanes >= 1 && lanes <= kMaxLanes ? lanes : -1;
 }
 
 }  // namespace dcpmla::peer

@@ -10,22 +10,23 @@
 namespace dcpmla::peer {
 
 constexpr int kMaxWorld = 8;
-// Thread blocks of every exchange. Block b owns slice b of every chunk, on every rank, whatever
-// the count, so its flags pair with block b of each peer.
-constexpr int kLanes = 64;
+// Thread blocks of every exchange of a group ("lanes", fixed per group, at most kMaxLanes). Block
+// b owns slice b of every chunk, on every rank, whatever the count, so its flags pair with block
+// b of each peer.
+constexpr int kMaxLanes = 128;
+constexpr int kDefaultLanes = 64;
 
 // One rank's area, as mapped on the rank that uses the pointers (a peer's pointers are valid on
 // every rank of the group: peer access and unified addressing).
 struct RankArea {
   std::uint8_t* staging = nullptr;  // [2 parities][W sources][chunk_capacity] bytes
-  std::uint64_t* ready = nullptr;   // [W sources][kLanes]: last call whose slice has arrived
-  std::uint64_t* ack = nullptr;     // [W consumers][kLanes]: last call whose slice was read
-  std::uint64_t* calls = nullptr;   // [kLanes]: calls made by each block of this rank
+  std::uint64_t* ready = nullptr;   // [W sources][kMaxLanes]: last call whose slice has arrived
+  std::uint64_t* calls = nullptr;   // [kMaxLanes]: calls made by each block of this rank
 };
 
 // Bytes of one rank's area, and where its parts start, for `world` ranks.
 struct AreaLayout {
-  std::size_t staging_bytes, ready_offset, ack_offset, calls_offset, total_bytes;
+  std::size_t staging_bytes, ready_offset, calls_offset, total_bytes;
 };
 AreaLayout area_layout(int world, std::size_t chunk_capacity);
 RankArea area_at(void* base, int world, std::size_t chunk_capacity);
@@ -46,6 +47,7 @@ struct ExchangeParams {
   bool copy_own;               // gather / all_to_all: copy the own chunk from send into recv
   bool vector16;               // send, recv and chunk are multiples of 16 bytes
   bool fence_every_thread;     // every thread fences its pushes (false: only the flag writers)
+  int lanes;                   // thread blocks, the group's
   std::size_t chunk_capacity;  // bytes of one staging chunk
   RankArea areas[kMaxWorld];   // every rank's area
 };
@@ -55,9 +57,12 @@ struct ExchangeParams {
 // Error(backend_failure) when the launch fails.
 void launch_exchange(const ExchangeParams& p, cudaStream_t s);
 
-// How the pushes are fenced before the flags, from DCPMLA_PEER_FENCE ("one": only the threads
-// that write the flags, after the block's barrier; default: every thread). Read once; for A/B
-// timing.
+// How the pushes are fenced before the flags, from DCPMLA_PEER_FENCE ("all": every thread after
+// its stores; default: only the threads that write the flags, after the block's barrier, which
+// orders the other threads' stores before their fence). Read once; for A/B timing.
 bool fence_every_thread();
+// The lanes of a new group from DCPMLA_PEER_LANES (default kDefaultLanes), or -1 when it is not
+// a number in [1, kMaxLanes]. For A/B timing.
+int lanes_from_environment();
 
 }  // namespace dcpmla::peer

@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "cuda/device_scope.h"
 #include "dcpmla/error.h"
@@ -79,6 +80,10 @@ PeerGroup::PeerGroup(std::vector<int> devices, std::size_t chunk_capacity)
   require(all_pairs_reach(devices_, &missing), ErrorCode::unsupported, "devices",
           "peer access between every pair (NVLink or PCIe P2P)", missing);
 
+  shared_->lanes = peer::lanes_from_environment();
+  require(shared_->lanes > 0, ErrorCode::invalid_argument, "DCPMLA_PEER_LANES",
+          fmt::format("a number of thread blocks in [1, {}]", peer::kMaxLanes),
+          std::getenv("DCPMLA_PEER_LANES"));
   const int W = world();
   shared_->chunk_capacity = (chunk_capacity + 15) / 16 * 16;
   const peer::AreaLayout layout = peer::area_layout(W, shared_->chunk_capacity);

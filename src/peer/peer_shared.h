@@ -10,6 +10,7 @@ namespace dcpmla {
 
 struct PeerCommunicator::Shared {
   std::size_t chunk_capacity = 0;  // bytes, a multiple of 16
+  int lanes = peer::kDefaultLanes;
   peer::RankArea areas[peer::kMaxWorld];
 };
 
