@@ -81,9 +81,12 @@ PeerGroup::PeerGroup(std::vector<int> devices, std::size_t chunk_capacity)
           "peer access between every pair (NVLink or PCIe P2P)", missing);
 
   shared_->lanes = peer::lanes_from_environment();
-  require(shared_->lanes > 0, ErrorCode::invalid_argument, "DCPMLA_PEER_LANES",
-          fmt::format("a number of thread blocks in [1, {}]", peer::kMaxLanes),
-          std::getenv("DCPMLA_PEER_LANES"));
+  if (shared_->lanes <= 0) {
+    const char* lanes = std::getenv("DCPMLA_PEER_LANES");
+    throw Error(ErrorCode::invalid_argument, "DCPMLA_PEER_LANES",
+                fmt::format("a number of thread blocks in [1, {}]", peer::kMaxLanes),
+                lanes ? lanes : "");
+  }
   const int W = world();
   shared_->chunk_capacity = (chunk_capacity + 15) / 16 * 16;
   const peer::AreaLayout layout = peer::area_layout(W, shared_->chunk_capacity);
