@@ -183,9 +183,15 @@ CombineTiming summarize(Variant v, std::size_t c, const std::vector<RankRecord>&
   t.combine_own = phase_stat(ranks, c, steps, &StepPhases::combine, OverRanks::fastest);
   for (const RankRecord& r : ranks) {
     t.loop_us_per_step = std::max(t.loop_us_per_step, 1e3 * r.loop_ms[c] / steps);
-    std::vector<double> own;
-    for (const StepPhases& p : r.phases[c]) own.push_back(1e3 * p.step);
-    t.rank_step_median_us.push_back(stat_of(own).median_us);
+    auto rank_median = [&](float StepPhases::*phase) {
+      std::vector<double> us;
+      for (const StepPhases& p : r.phases[c]) us.push_back(1e3 * (p.*phase));
+      return stat_of(us).median_us;
+    };
+    t.rank_step_median_us.push_back(rank_median(&StepPhases::step));
+    t.rank_query_gather_median_us.push_back(rank_median(&StepPhases::query_gather));
+    t.rank_decode_median_us.push_back(rank_median(&StepPhases::decode));
+    t.rank_combine_median_us.push_back(rank_median(&StepPhases::combine));
   }
   t.launches = launch_timings(ranks, c, steps);
   return t;

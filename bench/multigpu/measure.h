@@ -60,6 +60,9 @@ struct CombineTiming {
   double loop_us_per_step = 0;  // first begin to last end over the timed steps, / steps (max over
                                 // ranks): includes any gap between steps (host launch time)
   std::vector<double> rank_step_median_us;
+  // Per rank, the median over the steps of its own query gather, decode and combine phases (an
+  // imbalance between ranks shows here: the early rank's combine holds its wait).
+  std::vector<double> rank_query_gather_median_us, rank_decode_median_us, rank_combine_median_us;
   // The query gather's launches, then the combine's, in step order (empty for W = 1, or when
   // launches are not timed).
   std::vector<LaunchTiming> launches;

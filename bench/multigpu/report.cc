@@ -1,6 +1,7 @@
 #include "report.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -112,6 +113,10 @@ void print_rows(const Measured& m, const Measured* baseline) {
         100 * t.combine_phase.median_us / t.decode.median_us,
         100 * t.combine_own.median_us / t.decode.median_us,
         m.timing.output_finite ? "" : "  NON-FINITE OUTPUT");
+    if (m.timing.world > 1) {
+      fmt::print("      ranks:   decode {:.1f} | combine {:.1f} (medians, rank 0, 1, ...)\n",
+                 fmt::join(t.rank_decode_median_us, " "), fmt::join(t.rank_combine_median_us, " "));
+    }
     if (!t.launches.empty()) {
       fmt::print("      gather:  {}\n", launches_line(m, t, DcpStepPoint::query_gathered));
       fmt::print("      combine: {}\n", launches_line(m, t, DcpStepPoint::combined));
@@ -138,6 +143,9 @@ nlohmann::json to_json(const Measured& m, const Measured* baseline) {
                      {"step", stat_json(t.step)},
                      {"loop_us_per_step", t.loop_us_per_step},
                      {"rank_step_median_us", t.rank_step_median_us},
+                     {"rank_query_gather_median_us", t.rank_query_gather_median_us},
+                     {"rank_decode_median_us", t.rank_decode_median_us},
+                     {"rank_combine_median_us", t.rank_combine_median_us},
                      {"combine_over_decode", t.combine_phase.median_us / t.decode.median_us},
                      {"query_gather_own", stat_json(t.query_gather_own)},
                      {"combine_own", stat_json(t.combine_own)},
