@@ -1,5 +1,6 @@
-// The Communicator over direct NVLink stores: one process driving W local GPUs that can reach each
-// other's memory (peer access), one DCP rank per GPU.
+// The Communicator over direct NVLink stores between W GPUs of one host that can reach each other's
+// memory (peer access), one DCP rank per GPU. Two ways in: PeerGroup (one process driving all W
+// GPUs) and PeerCommunicator::join (one process per GPU, as serving engines run DCP ranks).
 //
 // Why: on the H200 machines NCCL takes 25-40 us per collective for the 2-5 MB a DCP step moves,
 // almost all of it per-call cost (bench/NOTES.md, sessions 5-8). Here every collective is one
@@ -21,6 +22,13 @@
 // Rules (as for NCCL): every rank calls the same collectives in the same order with the same
 // counts; a communicator's calls are ordered on the device (one stream, or streams ordered by
 // events). A chunk (count elements) may hold at most the group's chunk capacity.
+//
+// One process per GPU (join): every rank allocates its own area and maps the others' through CUDA
+// IPC, handed round once over a communicator the engine already has (e.g. NCCL). Peers write into
+// this rank's area (staging and flags) for as long as they make collectives, so a joined
+// communicator may be destroyed only after every rank's last collective has completed on every
+// rank: synchronise the stream on every rank, then a barrier over the bootstrap communicator (for
+// example a small all_gather followed by a stream synchronisation), then destroy on every rank.
 #pragma once
 
 #include <cstddef>
@@ -36,7 +44,37 @@ class PeerGroup;
 
 class PeerCommunicator final : public Communicator {
  public:
-  struct Shared;  // the group's device areas, as every rank sees them (opaque)
+  struct Shared;  // the group's device areas, as this process maps them (opaque)
+
+  // One rank per process: allocates this rank's area on `device` (2 * W * chunk_capacity bytes of
+  // staging, chunk_capacity as for PeerGroup and equal on every rank), hands its CUDA IPC handle
+  // to every rank through `bootstrap` (any Communicator of the same ranks whose collectives run
+  // on `device`, e.g. the engine's NcclCommunicator; one all_gather of a record per rank, then a
+  // host synchronisation) and opens the peers' areas. rank and world are bootstrap's. Blocks
+  // until every rank has joined: a collective over bootstrap, called by every rank.
+  //
+  // Requires every rank on one host, each on its own GPU, with every rank's GPU visible in every
+  // process (CUDA_VISIBLE_DEVICES lists them all; `device` indexes this process's list) and peer
+  // access between them; DCPMLA_PEER_LANES equal on every rank.
+  //
+  // Errors (Error naming the argument): before any collective, bootstrap.world() outside [1, 8]
+  // ("bootstrap") and `device` not a device of this process ("device"); this rank alone throws and
+  // the others wait in bootstrap's all_gather, as with NcclCommunicator::join. Everything later is
+  // thrown by every rank together: unequal chunk_capacity or DCPMLA_PEER_LANES (invalid_argument
+  // naming it), two ranks in one process ("bootstrap") or on one GPU ("device"), a peer's GPU not
+  // visible or not reachable ("device"), a failed allocation or IPC call. The rank where it
+  // happened throws the original Error, the others the same code and argument naming that rank.
+  // Faults only one rank can see (visibility, peer access, opening a mapping) are handed round by
+  // a second all_gather after the mappings are opened.
+  //
+  // The object owns its area (freed on destruction, after cudaDeviceSynchronize on `device`) and
+  // the peers' mappings (closed); see the destruction rule above.
+  static std::unique_ptr<PeerCommunicator> join(Communicator& bootstrap, int device,
+                                                std::size_t chunk_capacity);
+
+  PeerCommunicator(const PeerCommunicator&) = delete;
+  PeerCommunicator& operator=(const PeerCommunicator&) = delete;
+  ~PeerCommunicator() override;
 
   int rank() const override { return rank_; }
   int world() const override { return world_; }
@@ -55,8 +93,13 @@ class PeerCommunicator final : public Communicator {
 
  private:
   friend class PeerGroup;
+  // A group's rank: the group owns `shared`.
   PeerCommunicator(const Shared& shared, int rank, int world, int device);
-  const Shared& shared_;
+  // A joined rank: owns the areas join allocates or opens (filled in after construction, so a
+  // failing join releases what it had made by destroying the object).
+  PeerCommunicator(std::unique_ptr<Shared> owned, int rank, int world, int device);
+  std::unique_ptr<Shared> owned_;
+  const Shared* shared_;
   int rank_;
   int world_;
   int device_;

@@ -1,6 +1,8 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <memory>
+#include <utility>
 
 #include "comm/collective_args.h"
 #include "cuda/device_scope.h"
@@ -18,7 +20,14 @@ bool aligned16(const void* p) {
 }  // namespace
 
 PeerCommunicator::PeerCommunicator(const Shared& shared, int rank, int world, int device)
-    : shared_(shared), rank_(rank), world_(world), device_(device) {}
+    : shared_(&shared), rank_(rank), world_(world), device_(device) {}
+
+PeerCommunicator::PeerCommunicator(std::unique_ptr<Shared> owned, int rank, int world, int device)
+    : owned_(std::move(owned)),
+      shared_(owned_.get()),
+      rank_(rank),
+      world_(world),
+      device_(device) {}
 
 // Checks the arguments the way the NCCL communicator does, then the chunk against the staging
 // capacity, and enqueues the exchange (nothing for a count of 0).
@@ -53,24 +62,24 @@ void PeerCommunicator::all_gather(const void* send, void* recv, std::size_t coun
   const auto a = collective::all_gather_args(send, recv, count, dtype, world_, rank_);
   const bool in_place = static_cast<const std::uint8_t*>(send) ==
                         static_cast<const std::uint8_t*>(recv) + rank_ * count * dtype_size(dtype);
-  exchange(shared_, a, peer::ExchangeOp::gather, !in_place, device_, s);
+  exchange(*shared_, a, peer::ExchangeOp::gather, !in_place, device_, s);
 }
 
 void PeerCommunicator::reduce_scatter_sum(const float* send, float* recv, std::size_t count,
                                           Stream s) {
-  exchange(shared_, collective::reduce_scatter_args(send, recv, count, world_, rank_),
+  exchange(*shared_, collective::reduce_scatter_args(send, recv, count, world_, rank_),
            peer::ExchangeOp::scatter_sum, false, device_, s);
 }
 
 void PeerCommunicator::all_to_all(const void* send, void* recv, std::size_t count, DType dtype,
                                   Stream s) {
-  exchange(shared_, collective::all_to_all_args(send, recv, count, dtype, world_, rank_),
+  exchange(*shared_, collective::all_to_all_args(send, recv, count, dtype, world_, rank_),
            peer::ExchangeOp::all_to_all, true, device_, s);
 }
 
 void PeerCommunicator::all_to_all_peers(const void* send, void* recv, std::size_t count,
                                         DType dtype, Stream s) {
-  exchange(shared_, collective::all_to_all_args(send, recv, count, dtype, world_, rank_),
+  exchange(*shared_, collective::all_to_all_args(send, recv, count, dtype, world_, rank_),
            peer::ExchangeOp::all_to_all, false, device_, s);
 }
 

@@ -1,4 +1,5 @@
-// What every PeerCommunicator of a group shares: the ranks' device areas.
+// What every PeerCommunicator of a group shares: the ranks' device areas, as this process maps
+// them (a group's own allocations; for a joined rank, its allocation and the peers' IPC mappings).
 #pragma once
 
 #include <cstddef>
@@ -13,5 +14,11 @@ struct PeerCommunicator::Shared {
   int lanes = peer::kDefaultLanes;
   peer::RankArea areas[peer::kMaxWorld];
 };
+
+namespace peer {
+// The lanes of a new group or joined rank from DCPMLA_PEER_LANES. Throws Error naming the
+// variable when it is not a number in [1, kMaxLanes].
+int lanes_or_throw();
+}  // namespace peer
 
 }  // namespace dcpmla

@@ -1,6 +1,8 @@
 // Way (b) across processes: one process per GPU, the NCCL unique id handed over through a file
 // (rank 0 writes it, the others wait for it) or through an environment variable. Each rank is
 // the nccl_rank_process helper, which checks its own collectives. Skipped with fewer than 2 GPUs.
+// The same helper also joins a PeerCommunicator over its NCCL one (one process per GPU, CUDA IPC)
+// and checks it; skipped too where the GPUs have no peer access.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "dcpmla/nccl_comm.h"
+#include "dcpmla/peer_comm.h"
 #include "multigpu_support.h"
 
 extern char** environ;
@@ -105,6 +108,43 @@ TEST(NcclProcesses, UniqueIdThroughAnEnvironmentVariable) {
     pids.push_back(spawn_rank(args, {id}));
   }
   const auto status = wait_all(pids, std::chrono::seconds(120));
+  for (std::size_t i = 0; i < status.size(); ++i) EXPECT_EQ(status[i], 0) << "rank " << i;
+}
+
+// Every rank from the environment variable, with `extra` arguments; the exit statuses.
+std::vector<int> run_ranks_with_id_env(const std::vector<std::string>& extra) {
+  const int W = world();
+  const std::string id = "DCPMLA_NCCL_ID=" + nccl_unique_id_to_hex(new_nccl_unique_id());
+  std::vector<pid_t> pids;
+  for (int r = 0; r < W; ++r) {
+    auto args = rank_args(W, r);
+    args.insert(args.end(), {"--id-env", "DCPMLA_NCCL_ID"});
+    args.insert(args.end(), extra.begin(), extra.end());
+    pids.push_back(spawn_rank(args, {id}));
+  }
+  return wait_all(pids, std::chrono::seconds(120));
+}
+
+#define DCPMLA_REQUIRE_PEER_ACCESS()                                                         \
+  if (!PeerGroup::supported(first_devices(world()))) {                                       \
+    GTEST_SKIP() << "no peer access between every pair of the first " << world() << " GPUs"; \
+  }                                                                                          \
+  static_assert(true, "")
+
+// Each rank checks the collectives through NCCL, then through the PeerCommunicator it joins over
+// the NCCL one: one at a time and back to back.
+TEST(NcclProcesses, PeerCommunicatorAcrossProcesses) {
+  DCPMLA_REQUIRE_GPUS(2);
+  DCPMLA_REQUIRE_PEER_ACCESS();
+  const auto status = run_ranks_with_id_env({"--peer"});
+  for (std::size_t i = 0; i < status.size(); ++i) EXPECT_EQ(status[i], 0) << "rank " << i;
+}
+
+// Rank 1 passes another chunk capacity: every rank's join throws (none waits for the others).
+TEST(NcclProcesses, PeerJoinRejectsUnequalCapacities) {
+  DCPMLA_REQUIRE_GPUS(2);
+  DCPMLA_REQUIRE_PEER_ACCESS();
+  const auto status = run_ranks_with_id_env({"--peer-capacity-of-rank1", "4096"});
   for (std::size_t i = 0; i < status.size(); ++i) EXPECT_EQ(status[i], 0) << "rank " << i;
 }
 

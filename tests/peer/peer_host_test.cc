@@ -1,6 +1,7 @@
 // PeerGroup's argument checks. The device list is checked before any CUDA call, so those run
 // without a GPU; the checks after cudaGetDeviceCount run where a device exists. supported()
-// never throws.
+// never throws. PeerCommunicator::join's checks before its first collective likewise (with an
+// in-process bootstrap that is never called).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "dcpmla/comm.h"
 #include "dcpmla/error.h"
 #include "dcpmla/peer_comm.h"
 #include "peer_test_support.h"
@@ -99,6 +101,25 @@ TEST(PeerGroupSupported, NeverThrows) {
     EXPECT_FALSE(PeerGroup::supported({0}));
     EXPECT_FALSE(PeerGroup::supported({0, 1}));
   }
+}
+
+TEST(PeerJoinArguments, BootstrapOfMoreThanEightRanks) {
+  InProcessGroup group(9);
+  InProcessCommunicator bootstrap(group, 0);
+  expect_error([&] { PeerCommunicator::join(bootstrap, 0, kCapacity); },
+               ErrorCode::invalid_argument, "bootstrap");
+}
+
+// Only where the runtime answers: the check comes after cudaGetDeviceCount.
+TEST(PeerJoinArguments, DeviceThatDoesNotExist) {
+  const int count = runtime_device_count();
+  if (count < 0) GTEST_SKIP() << "the CUDA runtime reports no devices";
+  InProcessGroup group(1);
+  InProcessCommunicator bootstrap(group, 0);
+  expect_error([&] { PeerCommunicator::join(bootstrap, -1, kCapacity); }, ErrorCode::out_of_range,
+               "device");
+  expect_error([&] { PeerCommunicator::join(bootstrap, count, kCapacity); },
+               ErrorCode::out_of_range, "device");
 }
 
 }  // namespace
