@@ -147,7 +147,11 @@ void run_rank(int rank, const Scenario& sc, const Batch& run_batch, Backend& be,
   args.softmax_scale = spec.softmax_scale;
   args.combine = opt.combine;
   args.combine_payload = opt.combine_payload;
-  dcp_step(be, comm, ws, args, nullptr);
+  if (opt.run_step) {
+    opt.run_step(rank, [&](Stream s) { dcp_step(be, comm, ws, args, s); });
+  } else {
+    dcp_step(be, comm, ws, args, nullptr);
+  }
 
   std::vector<std::uint8_t> out(out_buf.bytes());
   std::vector<float> lse(std::size_t(rows) * Hl);

@@ -2,10 +2,14 @@
 // every request's KV, collectives over NCCL. Each result is checked against the same step
 // simulated on one GPU (every rank on GPU 0, in-process collectives) and against the
 // double-precision reference. Skipped with fewer than 2 GPUs.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
+#include <stdexcept>
+#include <string>
 
 #include "multigpu_support.h"
 #include "sim/test_support.h"
@@ -29,7 +33,10 @@ void expect_multigpu_matches(const RankCollectives& ranks, const sim::Scenario& 
                              const sim::RunOptions& o) {
   SCOPED_TRACE(testing::describe_run(sc, o));
   const auto multi = sim::run_dcp(sc, one_gpu_per_rank(), ranks.factory(), o);
-  const auto simulated = sim::run_dcp(sc, all_on_gpu0(), o);
+  // The simulation runs its step plainly: its in-process collectives wait on the host.
+  sim::RunOptions plain = o;
+  plain.run_step = nullptr;
+  const auto simulated = sim::run_dcp(sc, all_on_gpu0(), plain);
   const auto tol = sim::tolerance_for(sc.spec, o);
 
   const auto vs_reference = sim::compare(sc, multi, sim::run_reference(sc), tol);
@@ -47,7 +54,7 @@ void expect_multigpu_matches(const RankCollectives& ranks, const sim::Scenario& 
   if (exact_collectives && !vs_simulated.bit_identical) {
     // Only a difference the simulation does not show against itself is the collectives' fault.
     const bool deterministic =
-        sim::agreement(simulated, sim::run_dcp(sc, all_on_gpu0(), o)).bit_identical;
+        sim::agreement(simulated, sim::run_dcp(sc, all_on_gpu0(), plain)).bit_identical;
     EXPECT_FALSE(deterministic) << "not bit-identical to the deterministic simulation: max|dO| "
                                 << vs_simulated.max_out_diff << " max|dLSE| "
                                 << vs_simulated.max_lse_diff;
@@ -184,6 +191,63 @@ TEST_P(DcpMultiGpu, FlattenedMatchesNativeAndTheNegativeControlFails) {
         sim::compare(sc, run(sc, future), sim::run_reference(sc), sim::tolerance_for(spec));
     EXPECT_FALSE(bad.pass) << to_string(combine);
     EXPECT_GT(bad.max_out_error, 0.05) << to_string(combine);
+  }
+}
+
+// What an engine does: each rank captures its whole step (query gather, decode, combine) in a
+// CUDA graph once and replays it. Run once plainly first (that uploads the plan, outside the
+// capture), then captured and replayed three times; the result must be the plain step's.
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+void capture_and_replay(int, const std::function<void(Stream)>& step) {
+  cudaStream_t s = nullptr;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  try {
+    step(s);
+    check(cudaStreamSynchronize(s), "plain step");
+    check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    step(s);
+    check(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
+    check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    for (int i = 0; i < 3; ++i) check(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+    check(cudaStreamSynchronize(s), "replays");
+  } catch (...) {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    cudaStreamDestroy(s);
+    throw;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+}
+
+TEST_P(DcpMultiGpu, WholeStepCapturedInACudaGraphAndReplayed) {
+  if (multigpu_testing::on_cpu()) GTEST_SKIP() << "CUDA graphs need the CUDA backend";
+  int seed = 510;
+  for (Combine combine : {Combine::ag_rs, Combine::a2a}) {
+    for (DType payload : {DType::f32, DType::bf16}) {
+      if (combine == Combine::ag_rs && payload == DType::bf16) continue;
+      sim::ScenarioSpec spec;
+      spec.world = world();
+      spec.heads = 16 * world();
+      spec.requests = 6;
+      spec.max_drafts = 5;
+      spec.max_context = 2000;
+      spec.padding_rows = 3;
+      spec.seed = seed++;
+      sim::RunOptions o;
+      o.combine = combine;
+      o.combine_payload = payload;
+      o.limits.target_work_items = 64;  // split requests: the split merge is captured too
+      o.run_step = capture_and_replay;
+      expect_multigpu_matches(ranks(), sim::make_scenario(spec), o);
+      if (HasFailure()) return;
+    }
   }
 }
 

@@ -28,6 +28,11 @@ struct RunOptions {
   bool poison = true;                  // fill every cache page with NaN before writing the KV
   bool flatten = false;                // run the single-token-row view of the batch instead
   bool see_future = false;             // negative control: every row bounded at T (mask = full)
+  // How each rank runs its dcp_step: given the rank and the step on a stream, it must have run
+  // the step and synchronised that stream when it returns (the results are read on the default
+  // stream next). Empty: the step once on the default stream. A CUDA test uses it to capture the
+  // step in a graph and replay it.
+  std::function<void(int rank, const std::function<void(Stream)>& step)> run_step;
 };
 
 struct RunResult {
