@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "gpu_buffers.h"
 #include "multigpu_support.h"
 #include "sim/test_support.h"
 
@@ -197,24 +198,23 @@ TEST_P(DcpMultiGpu, FlattenedMatchesNativeAndTheNegativeControlFails) {
 // What an engine does: each rank captures its whole step (query gather, decode, combine) in a
 // CUDA graph once and replays it. Run once plainly first (that uploads the plan, outside the
 // capture), then captured and replayed three times; the result must be the plain step's.
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
+using gpu_testing::check_cuda;
 
 void capture_and_replay(int, const std::function<void(Stream)>& step) {
   cudaStream_t s = nullptr;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   try {
     step(s);
-    check(cudaStreamSynchronize(s), "plain step");
-    check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    check_cuda(cudaStreamSynchronize(s), "plain step");
+    check_cuda(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal),
+               "cudaStreamBeginCapture");
     step(s);
-    check(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
-    check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-    for (int i = 0; i < 3; ++i) check(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
-    check(cudaStreamSynchronize(s), "replays");
+    check_cuda(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
+    check_cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    for (int i = 0; i < 3; ++i) check_cuda(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+    check_cuda(cudaStreamSynchronize(s), "replays");
   } catch (...) {
     if (exec) cudaGraphExecDestroy(exec);
     if (graph) cudaGraphDestroy(graph);

@@ -11,6 +11,7 @@
 
 #include "dcpmla/error.h"
 #include "dcpmla/nccl_comm.h"
+#include "gpu_buffers.h"
 #include "multigpu_support.h"
 
 namespace dcpmla {
@@ -19,41 +20,8 @@ namespace {
 using multigpu_testing::on_ranks;
 using multigpu_testing::world;
 
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-// Device memory on one GPU, filled from and read back to the host (synchronously).
-class DeviceBytes {
- public:
-  DeviceBytes(int device, std::size_t bytes) : device_(device), bytes_(bytes) {
-    check_cuda(cudaSetDevice(device), "cudaSetDevice");
-    check_cuda(cudaMalloc(&data_, bytes ? bytes : 1), "cudaMalloc");
-  }
-  ~DeviceBytes() {
-    cudaSetDevice(device_);
-    cudaFree(data_);
-  }
-  DeviceBytes(const DeviceBytes&) = delete;
-  DeviceBytes& operator=(const DeviceBytes&) = delete;
-  std::uint8_t* get() const { return static_cast<std::uint8_t*>(data_); }
-  void fill(const std::vector<std::uint8_t>& host) const {
-    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-    check_cuda(cudaMemcpy(data_, host.data(), host.size(), cudaMemcpyHostToDevice), "upload");
-  }
-  std::vector<std::uint8_t> read() const {
-    std::vector<std::uint8_t> host(bytes_);
-    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    check_cuda(cudaMemcpy(host.data(), data_, bytes_, cudaMemcpyDeviceToHost), "download");
-    return host;
-  }
-
- private:
-  int device_;
-  std::size_t bytes_;
-  void* data_ = nullptr;
-};
+using gpu_testing::check_cuda;
+using gpu_testing::DeviceBytes;
 
 // Byte k of the chunk that rank `from` sends to rank `to` (any bytes: these collectives only move
 // them, so NaN patterns in f32 or bf16 are fine).

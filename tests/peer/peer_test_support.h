@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "dcpmla/cuda_backend.h"
+#include "gpu_buffers.h"
 
 namespace dcpmla::peer_testing {
 
@@ -33,44 +34,8 @@ inline int gpu_count() {
   return count;
 }
 
-inline void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-// Device memory on one GPU.
-class DeviceBytes {
- public:
-  DeviceBytes(int device, std::size_t bytes) : device_(device), bytes_(bytes) {
-    check_cuda(cudaSetDevice(device), "cudaSetDevice");
-    check_cuda(cudaMalloc(&data_, bytes ? bytes : 1), "cudaMalloc");
-  }
-  ~DeviceBytes() {
-    cudaSetDevice(device_);
-    cudaFree(data_);
-  }
-  DeviceBytes(const DeviceBytes&) = delete;
-  DeviceBytes& operator=(const DeviceBytes&) = delete;
-  std::uint8_t* get() const { return static_cast<std::uint8_t*>(data_); }
-  std::size_t size() const { return bytes_; }
-
-  // Ordered on s; `host` must stay alive until s has been synchronised.
-  void upload(const std::vector<std::uint8_t>& host, cudaStream_t s) const {
-    if (host.size() != bytes_) throw std::logic_error("DeviceBytes::upload: size mismatch");
-    check_cuda(cudaMemcpyAsync(data_, host.data(), bytes_, cudaMemcpyHostToDevice, s), "upload");
-  }
-  // Waits for s, then for the copy.
-  std::vector<std::uint8_t> read(cudaStream_t s) const {
-    std::vector<std::uint8_t> host(bytes_);
-    check_cuda(cudaMemcpyAsync(host.data(), data_, bytes_, cudaMemcpyDeviceToHost, s), "download");
-    check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-    return host;
-  }
-
- private:
-  int device_;
-  std::size_t bytes_;
-  void* data_ = nullptr;
-};
+using gpu_testing::check_cuda;
+using gpu_testing::DeviceBytes;
 
 // A non-blocking stream created on `device`, which also becomes the calling thread's device.
 class DeviceStream {
