@@ -15,9 +15,9 @@
 // replayed. No host synchronisation, no allocation per call. Like NCCL, there is no timeout: a
 // rank that stops calling leaves its peers' kernels waiting.
 //
-// DCPMLA_PEER_LANES (thread blocks per exchange, default 64, at most 128; read when a group is
-// made) and DCPMLA_PEER_FENCE=all (every thread fences its stores, instead of only the flag
-// writers) are for A/B timing.
+// DCPMLA_PEER_LANES (thread blocks per exchange, at most 128, instead of 32, 64 or 128 by the
+// chunk's size; read when a group is made) and DCPMLA_PEER_FENCE=all (every thread fences its
+// stores, instead of only the flag writers) are for A/B timing.
 //
 // Rules (as for NCCL): every rank calls the same collectives in the same order with the same
 // counts; a communicator's calls are ordered on the device (one stream, or streams ordered by

@@ -144,6 +144,11 @@ __global__ void __launch_bounds__(kThreads) exchange_kernel(const ExchangeParams
   //    which this rank raises only after this kernel has ended (stream order).
   __syncthreads();
   if (t == 0) mine.calls[lane] = call;
+  // Lanes this call leaves unused count it too, so a later call with more lanes finds every
+  // counter at this call.
+  if (lane == 0) {
+    for (int l = lanes + t; l < kMaxLanes; l += kThreads) mine.calls[l] = call;
+  }
 }
 
 }  // namespace
@@ -178,9 +183,15 @@ bool fence_every_thread() {
   return every;
 }
 
+int lanes_for_chunk(std::size_t chunk_bytes) {
+  if (chunk_bytes <= (std::size_t(256) << 10)) return 32;
+  if (chunk_bytes <= (std::size_t(4) << 20)) return 64;
+  return 128;
+}
+
 int lanes_from_environment() {
   const char* v = std::getenv("DCPMLA_PEER_LANES");
-  if (v == nullptr || *v == '\0') return kDefaultLanes;
+  if (v == nullptr || *v == '\0') return 0;
   const int lanes = std::atoi(v);
   return lanes >= 1 && lanes <= kMaxLanes ? lanes : -1;
 }

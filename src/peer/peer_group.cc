@@ -43,7 +43,7 @@ void enable_peer_access(int device, int peer) {
 
 int peer::lanes_or_throw() {
   const int lanes = lanes_from_environment();
-  if (lanes <= 0) {
+  if (lanes < 0) {
     const char* text = std::getenv("DCPMLA_PEER_LANES");
     throw Error(ErrorCode::invalid_argument, "DCPMLA_PEER_LANES",
                 fmt::format("a number of thread blocks in [1, {}]", kMaxLanes), text ? text : "");
