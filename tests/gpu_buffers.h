@@ -1,5 +1,5 @@
-// Device memory for the multi-GPU tests (NCCL and peer communicators): raw bytes on one GPU,
-// filled from and read back to the host.
+// What the multi-GPU tests (NCCL and peer communicators) share: the GPUs present, and raw device
+// bytes on one GPU, filled from and read back to the host.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,7 +10,20 @@
 #include <string>
 #include <vector>
 
+#include "dcpmla/cuda_backend.h"
+
 namespace dcpmla::gpu_testing {
+
+// CUDA devices present, or 0 when the CUDA backend cannot run here. Never throws.
+inline int gpu_count() {
+  if (!cuda_available()) return 0;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
 
 inline void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));

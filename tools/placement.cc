@@ -21,17 +21,6 @@ sim::RunResult Placement::run(const sim::Scenario& sc, const sim::RunOptions& op
                      : sim::run_dcp(sc, backend, options);
 }
 
-namespace {
-
-// Devices 0, 1, ..., count - 1.
-[[maybe_unused]] std::vector<int> first_gpus(int count) {
-  std::vector<int> devices(static_cast<std::size_t>(count));
-  for (int d = 0; d < count; ++d) devices[std::size_t(d)] = d;
-  return devices;
-}
-
-}  // namespace
-
 Placement simulated_on_gpu0() {
 #if DCPMLA_HAVE_CUDA
   Placement p;
@@ -70,7 +59,7 @@ Placement place_ranks(const std::string& backend, int world, int gpus, int cpu_t
           std::to_string(gpus));
 #if DCPMLA_HAVE_CUDA
   if (comm == "peer") {
-    auto group = std::make_shared<PeerGroup>(first_gpus(gpus), peer_chunk_bytes);
+    auto group = std::make_shared<PeerGroup>(first_devices(gpus), peer_chunk_bytes);
     Placement p;
     p.description = fmt::format(
         "cuda backend, {} GPUs with peer collectives (NVLink stores), each rank holding only its "

@@ -22,14 +22,10 @@
 #include "dcpmla/error.h"
 #include "dcpmla/nccl_comm.h"
 #include "dcpmla/peer_comm.h"
+#include "event_timer.h"
 
 namespace dcpmla::bench {
 namespace {
-
-void check_cuda(cudaError_t e, const char* call) {
-  if (e != cudaSuccess)
-    throw Error(ErrorCode::backend_failure, call, "cudaSuccess", cudaGetErrorString(e));
-}
 
 enum class Op { all_gather, all_to_all_peers, reduce_scatter_sum };
 const char* to_string(Op op) {
@@ -195,8 +191,7 @@ int run(int argc, char** argv) {
   fmt::print("{:>4} {:>5} {:>18} {:>10} {:>10} {:>10} {:>10}\n", "W", "comm", "op", "chunk_KB",
              "eager_us", "graph_us", "GB/s_out");
   for (int w : worlds) {
-    std::vector<int> devices(static_cast<std::size_t>(w));
-    for (int d = 0; d < w; ++d) devices[std::size_t(d)] = d;
+    const std::vector<int> devices = first_devices(w);
     for (const std::string& kind : comm_kinds) {
       std::unique_ptr<NcclLocalGroup> nccl;
       std::unique_ptr<PeerGroup> peer;

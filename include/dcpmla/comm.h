@@ -12,6 +12,10 @@
 
 namespace dcpmla {
 
+// Devices 0, 1, ..., count - 1: rank r on GPU r (PeerGroup, NcclLocalGroup). Throws Error naming
+// "count" unless count >= 1.
+std::vector<int> first_devices(int count);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

@@ -96,9 +96,6 @@ class NcclLocalGroup {
   std::vector<std::unique_ptr<NcclCommunicator>> communicators_;  // non-owning views
 };
 
-// Devices 0, 1, ..., count - 1.
-std::vector<int> first_devices(int count);
-
 // A fresh unique id (ncclGetUniqueId): rank 0 makes one per group and hands it to every rank.
 ncclUniqueId new_nccl_unique_id();
 // The id as 2 * NCCL_UNIQUE_ID_BYTES lower-case hex digits, and back. from_hex throws Error naming

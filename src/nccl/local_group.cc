@@ -10,13 +10,6 @@
 
 namespace dcpmla {
 
-std::vector<int> first_devices(int count) {
-  require(count >= 1, ErrorCode::invalid_argument, "count", ">= 1 device", std::to_string(count));
-  std::vector<int> devices(static_cast<std::size_t>(count));
-  for (int d = 0; d < count; ++d) devices[std::size_t(d)] = d;
-  return devices;
-}
-
 NcclLocalGroup::NcclLocalGroup(std::vector<int> devices) : devices_(std::move(devices)) {
   const std::string given = fmt::format("[{}]", fmt::join(devices_, ", "));
   require(!devices_.empty(), ErrorCode::invalid_argument, "devices", "at least one CUDA device",

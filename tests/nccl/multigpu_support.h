@@ -20,6 +20,7 @@
 #include "dcpmla/nccl_comm.h"
 #include "dcpmla/peer_comm.h"
 #include "dcpmla/sim/runner.h"
+#include "gpu_buffers.h"
 
 namespace dcpmla::multigpu_testing {
 
@@ -34,16 +35,7 @@ inline void keep_nvls_off() {
   ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
 }
 
-// CUDA devices present, or 0 when the CUDA backend cannot run here. Never throws.
-inline int gpu_count() {
-  if (!cuda_available()) return 0;
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return count;
-}
+using gpu_testing::gpu_count;
 
 // The DCP world the multi-GPU suites use: every GPU present, at most 8 (2 on the CPU).
 inline int world() {

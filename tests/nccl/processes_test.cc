@@ -96,21 +96,6 @@ TEST(NcclProcesses, UniqueIdThroughAFile) {
   std::filesystem::remove(file);
 }
 
-TEST(NcclProcesses, UniqueIdThroughAnEnvironmentVariable) {
-  DCPMLA_REQUIRE_GPUS(2);
-  const int W = world();
-  // This process makes the id (and serves NCCL's bootstrap root) but joins no group itself.
-  const std::string id = "DCPMLA_NCCL_ID=" + nccl_unique_id_to_hex(new_nccl_unique_id());
-  std::vector<pid_t> pids;
-  for (int r = 0; r < W; ++r) {
-    auto args = rank_args(W, r);
-    args.insert(args.end(), {"--id-env", "DCPMLA_NCCL_ID"});
-    pids.push_back(spawn_rank(args, {id}));
-  }
-  const auto status = wait_all(pids, std::chrono::seconds(120));
-  for (std::size_t i = 0; i < status.size(); ++i) EXPECT_EQ(status[i], 0) << "rank " << i;
-}
-
 // Every rank from the environment variable, with `extra` arguments; the exit statuses.
 std::vector<int> run_ranks_with_id_env(const std::vector<std::string>& extra) {
   const int W = world();
@@ -123,6 +108,13 @@ std::vector<int> run_ranks_with_id_env(const std::vector<std::string>& extra) {
     pids.push_back(spawn_rank(args, {id}));
   }
   return wait_all(pids, std::chrono::seconds(120));
+}
+
+TEST(NcclProcesses, UniqueIdThroughAnEnvironmentVariable) {
+  DCPMLA_REQUIRE_GPUS(2);
+  // This process makes the id (and serves NCCL's bootstrap root) but joins no group itself.
+  const auto status = run_ranks_with_id_env({});
+  for (std::size_t i = 0; i < status.size(); ++i) EXPECT_EQ(status[i], 0) << "rank " << i;
 }
 
 #define DCPMLA_REQUIRE_PEER_ACCESS()                                                         \

@@ -48,12 +48,6 @@ std::vector<int> worlds() {
   return w;
 }
 
-std::vector<int> first_devices(int world) {
-  std::vector<int> d(static_cast<std::size_t>(world));
-  for (int r = 0; r < world; ++r) d[std::size_t(r)] = r;
-  return d;
-}
-
 // Every multi-GPU test starts with this: skipped, not failed, without 2 GPUs that reach each
 // other (peer access between every pair of the largest world covers the smaller ones).
 #define DCPMLA_REQUIRE_PEER_GPUS()                                                        \

@@ -23,16 +23,7 @@
 
 namespace dcpmla::peer_testing {
 
-// CUDA devices present, or 0 when the CUDA backend cannot run here. Never throws.
-inline int gpu_count() {
-  if (!cuda_available()) return 0;
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return count;
-}
+using gpu_testing::gpu_count;
 
 using gpu_testing::check_cuda;
 using gpu_testing::DeviceBytes;
