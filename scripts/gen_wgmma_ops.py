@@ -1,20 +1,25 @@
 #!/usr/bin/env python3
 """Writes src/cuda/hopper/wgmma_ops.inc: the wgmma wrappers whose inline asm needs one operand per
-accumulator register (16 for m64n32 up to 128 for m64n256), too long to keep by hand."""
+accumulator register (8 for m64n16 up to 128 for m64n256), too long to keep by hand."""
 import pathlib
 
-SHAPES = (  # (N, wrapper suffix, B transposed (MN-major))
-    (64, "m64n64k16_ss", 0),
-    (256, "m64n256k16_ss_tb", 1),
+SHAPES = (  # (N, wrapper suffix, A transposed (MN-major), B transposed (MN-major))
+    (16, "m64n16k16_ss", 0, 0),
+    (32, "m64n32k16_ss", 0, 0),
+    (64, "m64n64k16_ss", 0, 0),
+    (256, "m64n256k16_ss_tb", 0, 1),
+    (16, "m64n16k16_ss_ta", 1, 0),
+    (32, "m64n32k16_ss_ta", 1, 0),
 )
 
 
-def wrapper(n, name, tb):
+def wrapper(n, name, ta, tb):
     nreg = n // 2
     regs = ", ".join(f"%{i}" for i in range(nreg))
     ops = ", ".join(f'"+f"(d[{i}])' for i in range(nreg))
+    a_layout = "MN-major (transposed)" if ta else "K-major"
     layout = "MN-major (transposed)" if tb else "K-major"
-    return f"""// D[64 x {n}] (+)= A[64 x 16] * B[16 x {n}]: A K-major, B {layout}, both in shared
+    return f"""// D[64 x {n}] (+)= A[64 x 16] * B[16 x {n}]: A {a_layout}, B {layout}, both in shared
 // memory behind descriptors; bf16 in, f32 accumulate; accumulate == false overwrites D.
 __device__ __forceinline__ void wgmma_{name}(float (&d)[{nreg}], std::uint64_t a, std::uint64_t b,
                                               bool accumulate) {{
@@ -22,7 +27,7 @@ __device__ __forceinline__ void wgmma_{name}(float (&d)[{nreg}], std::uint64_t a
       "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nreg + 2}, 0;\\n"
       "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 "
       "{{{regs}}}, "
-      "%{nreg}, %{nreg + 1}, p, 1, 1, 0, {tb};\\n}}\\n"
+      "%{nreg}, %{nreg + 1}, p, 1, 1, {ta}, {tb};\\n}}\\n"
       : {ops}
       : "l"(a), "l"(b), "r"(int(accumulate)));
 }}

@@ -49,6 +49,9 @@ __device__ __forceinline__ uint4 ld_shared16(std::uint32_t src) {
                : "memory");
   return v;
 }
+__device__ __forceinline__ void st_shared2(std::uint32_t dst, std::uint16_t v) {
+  asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(dst), "h"(v) : "memory");
+}
 __device__ __forceinline__ void st_shared4(std::uint32_t dst, std::uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dst), "r"(v) : "memory");
 }

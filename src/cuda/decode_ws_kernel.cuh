@@ -31,30 +31,21 @@
 
 #include <cstdint>
 
-#include "decode_tc_common.cuh"
+#include "decode_narrow_tile.cuh"
+#include "decode_ws_layout.cuh"
+#include "decode_ws_refill.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/tma.cuh"
 #include "kv_tile_loader.cuh"
 
+// Tiles of at most this many pairs run the narrow form (decode_narrow_tile.cuh); 0 turns it off
+// (a build option for A/B measurements).
+#ifndef DCPMLA_NARROW_PAIRS
+#define DCPMLA_NARROW_PAIRS 32
+#endif
+
 namespace dcpmla::cuda {
 namespace ws {
-
-using namespace tc;
-
-constexpr int kThreads = 384;
-constexpr int kPReady = 1, kPFree = 2;  // named barriers
-constexpr int kLoaded = 3;              // kLoaded + og: an output warpgroup's copies landed
-constexpr int kOIssued = 5;             // output -> scores: P.V of tile i is issued (o_first)
-
-constexpr std::uint32_t kOffQ = 0;
-constexpr std::uint32_t kOffKv = kOffQ + kTileBytes;
-constexpr std::uint32_t kOffP = kOffKv + 2 * kTileBytes;
-constexpr std::uint32_t kOffFactor = kOffP + kPairs * 128u;      // float [64]
-constexpr std::uint32_t kOffFinal = kOffFactor + kPairs * 4u;    // float [2][64]: m, l
-constexpr std::uint32_t kOffFull = kOffFinal + 2 * kPairs * 4u;  // uint64 [stage][output wg]
-constexpr std::uint32_t kUsedBytes = kOffFull + 4 * 8u;
-constexpr std::uint32_t kSmemBytes = kUsedBytes + 1024;  // aligned up to 1024 inside
-static_assert(kSmemBytes <= 227u * 1024u, "sm_90 allows 227 KiB of shared memory per block");
 
 // Bulk: bf16 tiles that lie inside the visible range come by bulk tensor copies (p.kv_map);
 // the others (and every fp8 tile) by the threads' copies.
@@ -62,17 +53,7 @@ template <Cache C, bool Bulk>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_ws_kernel(const __grid_constant__ DecodeParams p) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  unsigned char* smem = aligned_smem(smem_raw);
-  const std::uint32_t s_q = smem_addr(smem) + kOffQ;
-  const std::uint32_t s_kv = smem_addr(smem) + kOffKv;
-  const std::uint32_t s_p = smem_addr(smem) + kOffP;
-  float* factors = reinterpret_cast<float*>(smem + kOffFactor);
-  float* final_m = reinterpret_cast<float*>(smem + kOffFinal);
-  float* final_l = final_m + kPairs;
-  const std::uint32_t s_full = smem_addr(smem) + kOffFull;
-  // Stage s's mbarrier for the copies of output warpgroup g (one arrival a phase, plus the bytes
-  // of bulk copies; phase k completes when tile 2 k + s has landed).
-  auto full = [&](int stage, int g) { return s_full + std::uint32_t(2 * stage + g) * 8u; };
+  const BlockSmem sm(aligned_smem(smem_raw));
 
   // Launched for the plan buffer's capacity under a CUDA graph: blocks past the plan exit.
   if (p.header != nullptr && std::int64_t(blockIdx.x) >= p.header->num_tiles) return;
@@ -88,28 +69,26 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The thread's two accumulator rows (the same in S and in O).
   const int rows[2] = {16 * warp + (lane >> 2), 16 * warp + (lane >> 2) + 8};
 
-  // Tile `index` of the item into its stage, by output warpgroup ld.og (all 128 threads call;
-  // e: the cache row of the thread's token, for the threads' copies).
-  auto load_tile = [&](const OutputLoader<C>& ld, int index, std::int64_t e) {
-    ld.template load<Bulk>(p, tile, index, e, s_kv + std::uint32_t(index & 1) * kTileBytes,
-                           full(index & 1, ld.og));
-  };
-
   if (tid == 0) {
-    for (int i = 0; i < 4; ++i) hopper::mbarrier_init(s_full + 8u * i, 1);
+    for (int i = 0; i < 4; ++i) hopper::mbarrier_init(sm.full + 8u * i, 1);
   }
   __syncthreads();
   if (n > 0) {
-    load_q<kThreads>(p, tile, s_q, tid);
+    load_q<kThreads>(p, tile, sm.q, tid);
     if (wg > 0) {
       const OutputLoader<C> ld(wt, wg - 1, kLoaded + wg - 1);
-      load_tile(ld, 0, ld.entry(p, tile, tile.kv_begin));
-      if (n > 1) load_tile(ld, 1, ld.entry(p, tile, tile.kv_begin + kKeys));
+      OutputRefill<C, Bulk>(p, tile, sm, ld, n).prologue();
     }
     cp_async_wait_all();
     hopper::fence_proxy_async_shared();
   }
   __syncthreads();
+  if constexpr (DCPMLA_NARROW_PAIRS >= 16) {
+    if (tile.num_pairs <= 16) return narrow_tile<C, Bulk, 16>(p, tile, sm, n);
+  }
+  if constexpr (DCPMLA_NARROW_PAIRS >= 32) {
+    if (tile.num_pairs <= 32) return narrow_tile<C, Bulk, 32>(p, tile, sm, n);
+  }
 
   float
       o[128];  // output warpgroups: O_L or O_R, rows[r] in o[4 j + 2 r + {0, 1}], dim 8 j + 2 quad
@@ -120,7 +99,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr float kLog2e = 1.4426950408889634f;
     const float scale_log2 = p.score_scale * kLog2e;
     const int lim[2] = {pair_key_limit(p, tile, rows[0]), pair_key_limit(p, tile, rows[1])};
-    const std::uint64_t desc_q = hopper::smem_descriptor(s_q, 16, 1024);
+    const std::uint64_t desc_q = hopper::smem_descriptor(sm.q, 16, 1024);
     float m[2] = {-INFINITY, -INFINITY};  // running max of score * scale_log2
     float l[2] = {0.0f, 0.0f};            // this thread's share of the running exp-sum
     // S of a tile: the chunks output warpgroup 0 loads (0-3 and 8) as soon as they have landed,
@@ -128,19 +107,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto issue_scores = [&](float(&acc)[32], int tile_index) {
       const int stage = tile_index & 1;
       const std::uint32_t parity = std::uint32_t(tile_index >> 1) & 1u;
-      const std::uint64_t desc_k = hopper::smem_descriptor(s_kv + stage * kTileBytes, 16, 1024);
+      const std::uint64_t desc_k = hopper::smem_descriptor(sm.stage(stage), 16, 1024);
       auto step = [&](int ks) {
         const std::uint32_t off = ((ks >> 2) * kChunkBytes + (ks & 3) * 32) >> 4;
         hopper::wgmma_m64n64k16_ss(acc, desc_q + off, desc_k + off, ks > 0);
       };
-      hopper::mbarrier_wait(full(stage, 0), parity);
+      hopper::mbarrier_wait(sm.full_bar(stage, 0), parity);
       hopper::fence_proxy_async_shared();
       hopper::wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < 16; ++ks) step(ks);
 #pragma unroll
       for (int ks = 32; ks < 36; ++ks) step(ks);
-      hopper::mbarrier_wait(full(stage, 1), parity);
+      hopper::mbarrier_wait(sm.full_bar(stage, 1), parity);
       hopper::fence_proxy_async_shared();
 #pragma unroll
       for (int ks = 16; ks < 32; ++ks) step(ks);
@@ -201,19 +180,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
 #pragma unroll
-      for (int r = 0; r < 2; ++r) l[r] = l[r] * factor[r] + sum[r];
+      for (int r = 0; r < 2; ++r) l[r] = fmaf(l[r], factor[r], sum[r]);  // as narrow tiles do
 
       if (i >= 1) named_barrier_sync(kPFree, kThreads);  // P.V of tile i - 1 is done
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          st_shared4(s_p + hopper::swizzled_offset(rows[r], j) + 4 * quad, packed[j][r]);
+          st_shared4(sm.p + hopper::swizzled_offset(rows[r], j) + 4 * quad, packed[j][r]);
         }
       }
       if (quad == 0) {
-        factors[rows[0]] = factor[0];
-        factors[rows[1]] = factor[1];
+        sm.factors[rows[0]] = factor[0];
+        sm.factors[rows[1]] = factor[1];
       }
       hopper::fence_proxy_async_shared();
       named_barrier_arrive(kPReady, kThreads);
@@ -230,27 +209,21 @@ __global__ void __launch_bounds__(kThreads, 1)
       l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
       l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
       if (quad == 0) {
-        final_m[rows[r]] = m[r];
-        final_l[rows[r]] = l[r];
+        sm.final_m[rows[r]] = m[r];
+        sm.final_l[rows[r]] = l[r];
       }
     }
   } else {
     // ---- output warpgroups -------------------------------------------------------------------
     const int og = wg - 1;
     const OutputLoader<C> ld(wt, og, kLoaded + og);
-    const std::uint64_t desc_p = hopper::smem_descriptor(s_p, 16, 1024);
+    OutputRefill<C, Bulk> refill(p, tile, sm, ld, n);
+    const std::uint64_t desc_p = hopper::smem_descriptor(sm.p, 16, 1024);
     for (int i = 0; i < n; ++i) {
       const int stage = i & 1;
-      // Tile i + 2's pages, read now (global loads the copies depend on): by the thread that
-      // issues its bulk copies, or each thread's own cache row for the threads' copies.
-      const bool next_bulk = i + 2 < n && OutputLoader<C>::template bulk<Bulk>(p, tile, i + 2);
-      const int next_t0 = tile.kv_begin + (i + 2) * kKeys;
-      const std::int64_t next_entry =
-          i + 2 < n && !next_bulk ? ld.entry(p, tile, next_t0) : kEntryNone;
-      typename OutputLoader<C>::BoxRows next_rows{};
-      if (next_bulk && wt == 0) next_rows = OutputLoader<C>::box_rows(p, tile, next_t0);
+      refill.read_ahead(i);
       named_barrier_sync(kPReady, kThreads);
-      const float f0 = factors[rows[0]], f1 = factors[rows[1]];
+      const float f0 = sm.factors[rows[0]], f1 = sm.factors[rows[1]];
       if (__any_sync(0xffffffffu, f0 != 1.0f || f1 != 1.0f)) {
 #pragma unroll
         for (int j = 0; j < 32; ++j) {
@@ -261,8 +234,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       hopper::pin_registers(o);
-      const std::uint64_t desc_v = hopper::smem_descriptor(
-          s_kv + stage * kTileBytes + og * 4 * kChunkBytes, kChunkBytes, 1024);
+      const std::uint64_t desc_v =
+          hopper::smem_descriptor(sm.stage(stage) + og * 4 * kChunkBytes, kChunkBytes, 1024);
       hopper::wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kKeys / 16; ++ks) {
@@ -270,24 +243,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       hopper::wgmma_commit();
       if (o_first && i + 1 < n) named_barrier_arrive(kOIssued, kThreads);
-      // fp8: tile i + 1, staged in the previous round, is widened while this P.V runs (fp8
-      // (128, 8192, 16, 1) 466 -> 420 us against widening it before, 2026-11-30).
-      constexpr bool overlap = C == Cache::fp8;
-      if (overlap && i >= 1 && i + 1 < n) {
-        ld.widen_fp8(s_kv + std::uint32_t(stage ^ 1) * kTileBytes, full(stage ^ 1, og));
-      }
+      refill.while_pv(i);
       hopper::wgmma_wait<0>();
       hopper::pin_registers(o);
       if (i + 1 < n) named_barrier_arrive(kPFree, kThreads);
-      // Tile i + 2 into the stage tile i used.
-      const std::uint32_t next_dst = s_kv + std::uint32_t(stage) * kTileBytes;
-      if (next_bulk) {
-        if (wt == 0) ld.issue_bulk(p, next_rows, next_dst, full(stage, og));
-      } else if (overlap && i + 2 < n) {
-        ld.stage_fp8(p, next_entry, next_dst);
-      } else if (i + 2 < n) {
-        load_tile(ld, i + 2, next_entry);
-      }
+      refill.after_pv(i);
     }
   }
   __syncthreads();  // the final m and l of every row are written
@@ -298,11 +258,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (rows[r] >= tile.num_pairs) continue;
-    const float total = final_l[rows[r]];
+    const float total = sm.final_l[rows[r]];
     const std::int64_t item = first + rows[r];
     if (wg == 0) {
       constexpr float kLn2 = 0.6931471805599453f;
-      const float lse = total > 0.0f ? (final_m[rows[r]] + log2f(total)) * kLn2 : -INFINITY;
+      const float lse = total > 0.0f ? (sm.final_m[rows[r]] + log2f(total)) * kLn2 : -INFINITY;
       if (quad == 0) {
         if (packed) {
           *output_lse(p.final_rows, item, output_offset(p.final_rows, item, p.num_heads)) = lse;

@@ -1,0 +1,67 @@
+// An output warpgroup's KV loads around its P.V of tile i (decode_ws_kernel.cuh and
+// decode_narrow_tile.cuh): tile i + 2's pages are read before the wait for P (global loads the
+// copies depend on), an fp8 tile i + 1 staged in the previous round is widened while P.V runs,
+// and tile i + 2 is copied into the stage tile i used once P.V is done.
+#pragma once
+
+#include <cstdint>
+
+#include "decode_ws_layout.cuh"
+#include "kv_tile_loader.cuh"
+
+namespace dcpmla::cuda::ws {
+
+template <Cache C, bool Bulk>
+struct OutputRefill {
+  using Loader = OutputLoader<C>;
+  const DecodeParams& p;
+  const DecodeTile& tile;
+  const BlockSmem& sm;
+  const Loader& ld;
+  int n;  // tiles of the item
+  bool next_bulk = false;
+  std::int64_t next_entry = kEntryNone;
+  typename Loader::BoxRows next_rows{};
+
+  __device__ __forceinline__ OutputRefill(const DecodeParams& p_, const DecodeTile& tile_,
+                                          const BlockSmem& sm_, const Loader& ld_, int n_)
+      : p(p_), tile(tile_), sm(sm_), ld(ld_), n(n_) {}
+
+  // Tile `index` into its stage, whole (all 128 threads call; e: the thread's cache row).
+  __device__ __forceinline__ void load(int index, std::int64_t e) const {
+    ld.template load<Bulk>(p, tile, index, e, sm.stage(index), sm.full_bar(index & 1, ld.og));
+  }
+  // The first two tiles (before the loop).
+  __device__ __forceinline__ void prologue() const {
+    load(0, ld.entry(p, tile, tile.kv_begin));
+    if (n > 1) load(1, ld.entry(p, tile, tile.kv_begin + kKeys));
+  }
+  // Tile i + 2's pages, read now: by the thread that issues its bulk copies, or each thread's
+  // own cache row for the threads' copies.
+  __device__ __forceinline__ void read_ahead(int i) {
+    next_bulk = i + 2 < n && Loader::template bulk<Bulk>(p, tile, i + 2);
+    const int next_t0 = tile.kv_begin + (i + 2) * kKeys;
+    next_entry = i + 2 < n && !next_bulk ? ld.entry(p, tile, next_t0) : kEntryNone;
+    if (next_bulk && (threadIdx.x & 127) == 0) next_rows = Loader::box_rows(p, tile, next_t0);
+  }
+  // fp8: tile i + 1, staged in the previous round, is widened while this P.V runs (fp8
+  // (128, 8192, 16, 1) 466 -> 420 us against widening it before, 2026-11-30).
+  __device__ __forceinline__ void while_pv(int i) const {
+    if (C == Cache::fp8 && i >= 1 && i + 1 < n) {
+      ld.widen_fp8(sm.stage(i + 1), sm.full_bar((i + 1) & 1, ld.og));
+    }
+  }
+  // Tile i + 2 into the stage tile i used (P.V of tile i is done).
+  __device__ __forceinline__ void after_pv(int i) const {
+    if (next_bulk) {
+      if ((threadIdx.x & 127) == 0)
+        ld.issue_bulk(p, next_rows, sm.stage(i), sm.full_bar(i & 1, ld.og));
+    } else if (C == Cache::fp8 && i + 2 < n) {
+      ld.stage_fp8(p, next_entry, sm.stage(i));
+    } else if (i + 2 < n) {
+      load(i + 2, next_entry);
+    }
+  }
+};
+
+}  // namespace dcpmla::cuda::ws
