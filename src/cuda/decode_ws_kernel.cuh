@@ -41,7 +41,7 @@
 // Tiles of at most this many pairs run the narrow form (decode_narrow_tile.cuh); 0 turns it off
 // (a build option for A/B measurements).
 #ifndef DCPMLA_NARROW_PAIRS
-#define DCPMLA_NARROW_PAIRS 32
+#define DCPMLA_NARROW_PAIRS 16
 #endif
 
 namespace dcpmla::cuda {
