@@ -23,6 +23,9 @@
 // the scores warpgroup waits on directly, chunk set by chunk set (kv_tile_loader.cuh: bulk tensor
 // copies for bf16 tiles inside the visible range, the threads' copies otherwise).
 //
+// Tiles of at most DCPMLA_NARROW_PAIRS pairs (16) run the same warpgroups transposed
+// (decode_narrow_tile.cuh): the MMAs then cost what the tile's pairs need, not 64 rows.
+//
 // Shared memory (128-byte swizzled, hopper/wgmma.cuh): Q 72 KiB, KV 2 x 72 KiB, P 8 KiB, 64
 // rescale factors, the final m and l of each row, and the four mbarriers. As in v2, each pair's
 // result depends only on its own query, bound and the KV tiles, so the flattened and native forms
@@ -38,8 +41,11 @@
 #include "hopper/tma.cuh"
 #include "kv_tile_loader.cuh"
 
-// Tiles of at most this many pairs run the narrow form (decode_narrow_tile.cuh); 0 turns it off
-// (a build option for A/B measurements).
+// Tiles of at most this many pairs (0, 16 or 32) run the narrow form (decode_narrow_tile.cuh);
+// 0 turns it off (a build option for A/B measurements). 16 (2026-12-01, one H200, three runs
+// each): fp8 (128, 8192, 16, 1) 401 -> 343 us, block size 16 410 -> 377, the flattened H 16 rows
+// 981 -> 823; wide shapes unchanged (fp8 (64, 4096, 128, 2) 415 -> 433: the same wide code,
+// placed differently). 32 also ran Kimi's 32-pair tails and the ragged H 16 mixes 3-14 % slower.
 #ifndef DCPMLA_NARROW_PAIRS
 #define DCPMLA_NARROW_PAIRS 16
 #endif
