@@ -2,7 +2,8 @@
 // id (from a file, which rank 0 may create, or from an environment variable), runs the collectives
 // of a DCP step on known data and checks the results. With --peer it also joins a peer
 // communicator over the NCCL one (PeerCommunicator::join, one process per GPU) and runs the same
-// checks through it. Exit status 0 = all correct.
+// checks through it. The checks include collectives captured in a CUDA graph and replayed with
+// new inputs. Exit status 0 = all correct.
 //
 //   nccl_rank_process --world W --rank R --device D (--id-file PATH [--create-id] | --id-env VAR)
 //                     [--peer] [--peer-capacity-of-rank1 BYTES]
@@ -257,10 +258,83 @@ void check_back_to_back(Communicator& comm, cudaStream_t s, Expect& expect) {
   }
 }
 
+// An all_gather (i32), an all_to_all (bf16 bits) and a reduce_scatter_sum captured in one CUDA
+// graph, replayed kReplays times with new inputs uploaded on the stream before each replay (how
+// an engine replays its decode step); every replay's outputs checked. Value v of replay r on rank
+// q: q * 1000 + r * 100 + v % 97 (all_gather), q * 256 + to * 16 + r + v % 8 (all_to_all), and
+// q + chunk + r + v % 5 for the sum (exact).
+void check_graph_replays(Communicator& comm, cudaStream_t s, Expect& expect) {
+  constexpr int kReplays = 5;
+  constexpr std::size_t n = 4000;  // per chunk: 16 KB of i32, 8 KB of bf16
+  const int world = comm.world(), rank = comm.rank();
+  const auto W = std::size_t(world);
+  std::int32_t *ag_in = nullptr, *ag_out = nullptr;
+  std::uint16_t *a2a_in = nullptr, *a2a_out = nullptr;
+  float *rs_in = nullptr, *rs_out = nullptr;
+  check_cuda(cudaMalloc(&ag_in, n * 4), "cudaMalloc");
+  check_cuda(cudaMalloc(&ag_out, W * n * 4), "cudaMalloc");
+  check_cuda(cudaMalloc(&a2a_in, W * n * 2), "cudaMalloc");
+  check_cuda(cudaMalloc(&a2a_out, W * n * 2), "cudaMalloc");
+  check_cuda(cudaMalloc(&rs_in, W * n * 4), "cudaMalloc");
+  check_cuda(cudaMalloc(&rs_out, n * 4), "cudaMalloc");
+
+  cudaGraph_t graph = nullptr;
+  check_cuda(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  comm.all_gather(ag_in, ag_out, n, DType::i32, s);
+  comm.all_to_all(a2a_in, a2a_out, n, DType::bf16, s);
+  comm.reduce_scatter_sum(rs_in, rs_out, n, s);
+  check_cuda(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
+  cudaGraphExec_t exec = nullptr;
+  check_cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+
+  std::vector<std::int32_t> ag(n), ag_got(W * n);
+  std::vector<std::uint16_t> a2a(W * n), a2a_got(W * n);
+  std::vector<float> rs(W * n), rs_got(n);
+  for (int r = 0; r < kReplays; ++r) {
+    for (std::size_t v = 0; v < n; ++v) ag[v] = std::int32_t(rank * 1000 + r * 100 + v % 97);
+    for (std::size_t to = 0; to < W; ++to)
+      for (std::size_t v = 0; v < n; ++v) {
+        a2a[to * n + v] = std::uint16_t(rank * 256 + to * 16 + std::size_t(r) + v % 8);
+        rs[to * n + v] = float(rank + int(to) + r + int(v % 5));
+      }
+    check_cuda(cudaMemcpyAsync(ag_in, ag.data(), n * 4, cudaMemcpyHostToDevice, s), "upload");
+    check_cuda(cudaMemcpyAsync(a2a_in, a2a.data(), W * n * 2, cudaMemcpyHostToDevice, s), "upload");
+    check_cuda(cudaMemcpyAsync(rs_in, rs.data(), W * n * 4, cudaMemcpyHostToDevice, s), "upload");
+    check_cuda(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+    check_cuda(cudaMemcpyAsync(ag_got.data(), ag_out, W * n * 4, cudaMemcpyDeviceToHost, s),
+               "download");
+    check_cuda(cudaMemcpyAsync(a2a_got.data(), a2a_out, W * n * 2, cudaMemcpyDeviceToHost, s),
+               "download");
+    check_cuda(cudaMemcpyAsync(rs_got.data(), rs_out, n * 4, cudaMemcpyDeviceToHost, s),
+               "download");
+    check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    std::size_t wrong = 0;
+    for (int q = 0; q < world; ++q)
+      for (std::size_t v = 0; v < n; ++v) {
+        wrong += ag_got[std::size_t(q) * n + v] != std::int32_t(q * 1000 + r * 100 + v % 97);
+        wrong +=
+            a2a_got[std::size_t(q) * n + v] != std::uint16_t(q * 256 + rank * 16 + r + int(v % 8));
+      }
+    for (std::size_t v = 0; v < n; ++v) {
+      float want = 0;
+      for (int q = 0; q < world; ++q) want += float(q + rank + r + int(v % 5));
+      wrong += rs_got[v] != want;
+    }
+    expect(wrong == 0, fmt::format("graph replay {}: {} values wrong", r, wrong));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  for (void* p :
+       {static_cast<void*>(ag_in), static_cast<void*>(ag_out), static_cast<void*>(a2a_in),
+        static_cast<void*>(a2a_out), static_cast<void*>(rs_in), static_cast<void*>(rs_out)})
+    cudaFree(p);
+}
+
 int check_collectives(Communicator& comm, const std::string& label, cudaStream_t s) {
   Expect expect(comm.rank(), label);
   for (const std::size_t n : {std::size_t(1000), std::size_t(333)}) check_each(comm, n, s, expect);
   check_back_to_back(comm, s, expect);
+  check_graph_replays(comm, s, expect);
   return expect.failures();
 }
 
