@@ -105,25 +105,10 @@ __device__ __forceinline__ void narrow_tile(const DecodeParams& p, const DecodeT
     float l = 0.0f;
 
     auto issue_scores = [&](float(&acc)[kAcc], int tile_index) {
-      const int stage = tile_index & 1;
-      const std::uint32_t parity = std::uint32_t(tile_index >> 1) & 1u;
-      const std::uint64_t desc_k = hopper::smem_descriptor(sm.stage(stage), 16, 1024);
-      auto step = [&](int ks) {
-        const std::uint32_t off = ((ks >> 2) * kChunkBytes + (ks & 3) * 32) >> 4;
+      const std::uint64_t desc_k = hopper::smem_descriptor(sm.stage(tile_index), 16, 1024);
+      issue_scores_as_chunks_land(sm, tile_index, [&](int ks, std::uint32_t off) {
         wgmma_scores_t<N>(acc, desc_k + off, desc_q + off, ks > 0);
-      };
-      hopper::mbarrier_wait(sm.full_bar(stage, 0), parity);
-      hopper::fence_proxy_async_shared();
-      hopper::wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < 16; ++ks) step(ks);
-#pragma unroll
-      for (int ks = 32; ks < 36; ++ks) step(ks);
-      hopper::mbarrier_wait(sm.full_bar(stage, 1), parity);
-      hopper::fence_proxy_async_shared();
-#pragma unroll
-      for (int ks = 16; ks < 32; ++ks) step(ks);
-      hopper::wgmma_commit();
+      });
     };
     float s[kAcc];  // s[4 j + 2 r + e]: key key0 + 8 r, pair 8 j + 2 quad + e
     if (n > 0) {

@@ -108,28 +108,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     const std::uint64_t desc_q = hopper::smem_descriptor(sm.q, 16, 1024);
     float m[2] = {-INFINITY, -INFINITY};  // running max of score * scale_log2
     float l[2] = {0.0f, 0.0f};            // this thread's share of the running exp-sum
-    // S of a tile: the chunks output warpgroup 0 loads (0-3 and 8) as soon as they have landed,
-    // then those of output warpgroup 1 (4-7).
     auto issue_scores = [&](float(&acc)[32], int tile_index) {
-      const int stage = tile_index & 1;
-      const std::uint32_t parity = std::uint32_t(tile_index >> 1) & 1u;
-      const std::uint64_t desc_k = hopper::smem_descriptor(sm.stage(stage), 16, 1024);
-      auto step = [&](int ks) {
-        const std::uint32_t off = ((ks >> 2) * kChunkBytes + (ks & 3) * 32) >> 4;
+      const std::uint64_t desc_k = hopper::smem_descriptor(sm.stage(tile_index), 16, 1024);
+      issue_scores_as_chunks_land(sm, tile_index, [&](int ks, std::uint32_t off) {
         hopper::wgmma_m64n64k16_ss(acc, desc_q + off, desc_k + off, ks > 0);
-      };
-      hopper::mbarrier_wait(sm.full_bar(stage, 0), parity);
-      hopper::fence_proxy_async_shared();
-      hopper::wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < 16; ++ks) step(ks);
-#pragma unroll
-      for (int ks = 32; ks < 36; ++ks) step(ks);
-      hopper::mbarrier_wait(sm.full_bar(stage, 1), parity);
-      hopper::fence_proxy_async_shared();
-#pragma unroll
-      for (int ks = 16; ks < 32; ++ks) step(ks);
-      hopper::wgmma_commit();
+      });
     };
     float s[32];
     if (n > 0) {

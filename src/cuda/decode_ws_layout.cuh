@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "decode_tc_common.cuh"
+#include "hopper/mbarrier.cuh"
 
 namespace dcpmla::cuda::ws {
 
@@ -54,5 +55,30 @@ struct BlockSmem {
     return kv + std::uint32_t(tile_index & 1) * kTileBytes;
   }
 };
+
+// Issues S of tile `tile_index` (step(ks, off) issues the wgmma of k-step ks, off = the
+// descriptor offset of its 16 dims in a Q or KV tile): the chunks output warpgroup 0 loads (0-3
+// and 8) as soon as they have landed, then those of output warpgroup 1 (4-7); one commit group.
+template <class Step>
+__device__ __forceinline__ void issue_scores_as_chunks_land(const BlockSmem& sm, int tile_index,
+                                                            Step step) {
+  const int stage = tile_index & 1;
+  const std::uint32_t parity = std::uint32_t(tile_index >> 1) & 1u;
+  auto at = [&](int ks) {
+    step(ks, std::uint32_t(((ks >> 2) * kChunkBytes + (ks & 3) * 32) >> 4));
+  };
+  hopper::mbarrier_wait(sm.full_bar(stage, 0), parity);
+  hopper::fence_proxy_async_shared();
+  hopper::wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < 16; ++ks) at(ks);
+#pragma unroll
+  for (int ks = 32; ks < 36; ++ks) at(ks);
+  hopper::mbarrier_wait(sm.full_bar(stage, 1), parity);
+  hopper::fence_proxy_async_shared();
+#pragma unroll
+  for (int ks = 16; ks < 32; ++ks) at(ks);
+  hopper::wgmma_commit();
+}
 
 }  // namespace dcpmla::cuda::ws
