@@ -228,6 +228,12 @@ std::vector<Shape> shapes() {
     v.push_back(
         {"cache_formats", B, L, H, uniform(B, Q), Form::native, 1, 0, "", 64, DType::fp8_e4m3});
   }
+  // More fp8 shapes: full tiles at Q 8, one long request, a Kimi K3 DCP 8 rank.
+  for (const auto& [B, L, H, Q] :
+       {std::tuple{64, 4096, 128, 8}, std::tuple{1, 65536, 128, 1}, std::tuple{32, 32768, 96, 1}}) {
+    v.push_back(
+        {"cache_formats", B, L, H, uniform(B, Q), Form::native, 1, 0, "", 64, DType::fp8_e4m3});
+  }
   return v;
 }
 

@@ -222,6 +222,7 @@ __device__ __forceinline__ void narrow_tile(const DecodeParams& p, const DecodeT
     const std::uint64_t desc_p = hopper::smem_descriptor(sm.p, 16, 1024);
     for (int i = 0; i < n; ++i) {
       refill.read_ahead(i);
+      refill.before_p(i);
       named_barrier_sync(kPReady, kThreads);
       float f[kCols];
       bool rescale = false;

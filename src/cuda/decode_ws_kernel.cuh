@@ -211,6 +211,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < n; ++i) {
       const int stage = i & 1;
       refill.read_ahead(i);
+      refill.before_p(i);
       named_barrier_sync(kPReady, kThreads);
       const float f0 = sm.factors[rows[0]], f1 = sm.factors[rows[1]];
       if (__any_sync(0xffffffffu, f0 != 1.0f || f1 != 1.0f)) {

@@ -1,13 +1,17 @@
 // An output warpgroup's KV loads around its P.V of tile i (decode_ws_kernel.cuh and
 // decode_narrow_tile.cuh): tile i + 2's pages are read before the wait for P (global loads the
-// copies depend on), an fp8 tile i + 1 staged in the previous round is widened while P.V runs,
-// and tile i + 2 is copied into the stage tile i used once P.V is done.
+// copies depend on), an fp8 tile i + 1 staged in the previous round is widened (before the wait
+// for P, or while P.V runs), and tile i + 2 is copied into the stage tile i used once P.V is done.
 #pragma once
 
 #include <cstdint>
 
 #include "decode_ws_layout.cuh"
 #include "kv_tile_loader.cuh"
+
+#ifndef DCPMLA_FP8_WIDEN_EARLY
+#define DCPMLA_FP8_WIDEN_EARLY 1
+#endif
 
 namespace dcpmla::cuda::ws {
 
@@ -44,12 +48,21 @@ struct OutputRefill {
     next_entry = i + 2 < n && !next_bulk ? ld.entry(p, tile, next_t0) : kEntryNone;
     if (next_bulk && (threadIdx.x & 127) == 0) next_rows = Loader::box_rows(p, tile, next_t0);
   }
-  // fp8: tile i + 1, staged in the previous round, is widened while this P.V runs (fp8
-  // (128, 8192, 16, 1) 466 -> 420 us against widening it before, 2026-11-30).
-  __device__ __forceinline__ void while_pv(int i) const {
+  // fp8: tile i + 1, staged at the end of the previous round, is widened either before the wait
+  // for P of tile i (kWidenEarly: while the scores warpgroup computes S and the softmax of tile
+  // i, so S of tile i + 1 need not wait for it) or while this P.V runs (before 2026-12-01; fp8
+  // (128, 8192, 16, 1) 466 -> 420 us against widening it after P.V, 2026-11-30).
+  static constexpr bool kWidenEarly = DCPMLA_FP8_WIDEN_EARLY != 0;
+  __device__ __forceinline__ void widen_next(int i) const {
     if (C == Cache::fp8 && i >= 1 && i + 1 < n) {
       ld.widen_fp8(sm.stage(i + 1), sm.full_bar((i + 1) & 1, ld.og));
     }
+  }
+  __device__ __forceinline__ void before_p(int i) const {
+    if (kWidenEarly) widen_next(i);
+  }
+  __device__ __forceinline__ void while_pv(int i) const {
+    if (!kWidenEarly) widen_next(i);
   }
   // Tile i + 2 into the stage tile i used (P.V of tile i is done).
   __device__ __forceinline__ void after_pv(int i) const {
