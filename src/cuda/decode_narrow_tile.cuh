@@ -218,7 +218,7 @@ __device__ __forceinline__ void narrow_tile(const DecodeParams& p, const DecodeT
     // ---- output warpgroups -------------------------------------------------------------------
     const int og = wg - 1;
     const OutputLoader<C> ld(wt, og, kLoaded + og);
-    OutputRefill<C, Bulk> refill(p, tile, sm, ld, n);
+    OutputRefill<C, Bulk, /*WidenEarly=*/false> refill(p, tile, sm, ld, n);
     const std::uint64_t desc_p = hopper::smem_descriptor(sm.p, 16, 1024);
     for (int i = 0; i < n; ++i) {
       refill.read_ahead(i);

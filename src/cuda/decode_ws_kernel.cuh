@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     load_q<kThreads>(p, tile, sm.q, tid);
     if (wg > 0) {
       const OutputLoader<C> ld(wt, wg - 1, kLoaded + wg - 1);
-      OutputRefill<C, Bulk>(p, tile, sm, ld, n).prologue();
+      OutputRefill<C, Bulk, true>(p, tile, sm, ld, n).prologue();
     }
     cp_async_wait_all();
     hopper::fence_proxy_async_shared();
@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // ---- output warpgroups -------------------------------------------------------------------
     const int og = wg - 1;
     const OutputLoader<C> ld(wt, og, kLoaded + og);
-    OutputRefill<C, Bulk> refill(p, tile, sm, ld, n);
+    OutputRefill<C, Bulk, /*WidenEarly=*/true> refill(p, tile, sm, ld, n);
     const std::uint64_t desc_p = hopper::smem_descriptor(sm.p, 16, 1024);
     for (int i = 0; i < n; ++i) {
       const int stage = i & 1;

@@ -9,13 +9,9 @@
 #include "decode_ws_layout.cuh"
 #include "kv_tile_loader.cuh"
 
-#ifndef DCPMLA_FP8_WIDEN_EARLY
-#define DCPMLA_FP8_WIDEN_EARLY 1
-#endif
-
 namespace dcpmla::cuda::ws {
 
-template <Cache C, bool Bulk>
+template <Cache C, bool Bulk, bool WidenEarly>
 struct OutputRefill {
   using Loader = OutputLoader<C>;
   const DecodeParams& p;
@@ -49,20 +45,21 @@ struct OutputRefill {
     if (next_bulk && (threadIdx.x & 127) == 0) next_rows = Loader::box_rows(p, tile, next_t0);
   }
   // fp8: tile i + 1, staged at the end of the previous round, is widened either before the wait
-  // for P of tile i (kWidenEarly: while the scores warpgroup computes S and the softmax of tile
-  // i, so S of tile i + 1 need not wait for it) or while this P.V runs (before 2026-12-01; fp8
-  // (128, 8192, 16, 1) 466 -> 420 us against widening it after P.V, 2026-11-30).
-  static constexpr bool kWidenEarly = DCPMLA_FP8_WIDEN_EARLY != 0;
+  // for P of tile i (WidenEarly: while the scores warpgroup computes S and the softmax of tile i,
+  // so S of tile i + 1 need not wait behind P.V for it), or while this P.V runs. Early for wide
+  // tiles, late for narrow ones, whose short S would leave the copies' latency exposed (fp8, min
+  // us of three runs, 2026-12-01: (64, 4096, 128, 8) 1678 -> 1603, Kimi H 96 rank 820 -> 768 early;
+  // (128, 8192, 16, 1), narrow, 343 -> 386 early).
   __device__ __forceinline__ void widen_next(int i) const {
     if (C == Cache::fp8 && i >= 1 && i + 1 < n) {
       ld.widen_fp8(sm.stage(i + 1), sm.full_bar((i + 1) & 1, ld.og));
     }
   }
   __device__ __forceinline__ void before_p(int i) const {
-    if (kWidenEarly) widen_next(i);
+    if (WidenEarly) widen_next(i);
   }
   __device__ __forceinline__ void while_pv(int i) const {
-    if (!kWidenEarly) widen_next(i);
+    if (!WidenEarly) widen_next(i);
   }
   // Tile i + 2 into the stage tile i used (P.V of tile i is done).
   __device__ __forceinline__ void after_pv(int i) const {
