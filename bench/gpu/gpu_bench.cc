@@ -245,8 +245,9 @@ struct Problem {
   std::int64_t rows;
 };
 
+// kv_chunk_blocks > 0 overrides the planner's split (KV blocks per work item), for experiments.
 Problem make_problem(const Shape& sh, std::int64_t num_blocks_out[1], int block_size, int sms,
-                     std::mt19937_64& rng) {
+                     std::mt19937_64& rng, int kv_chunk_blocks) {
   const Sharding sharding{sh.world, 0, 1};
   Batch batch;
   batch.query_start_loc.push_back(0);
@@ -268,6 +269,7 @@ Problem make_problem(const Shape& sh, std::int64_t num_blocks_out[1], int block_
   if (sh.form == Form::flattened) batch = flatten(batch);
   PlanConfig cfg{sharding, sh.H, block_size, num_blocks_out[0], {}};
   cfg.limits = cuda_plan_limits(batch, sharding, sh.H, block_size);
+  if (kv_chunk_blocks > 0) cfg.limits.kv_chunk_blocks = kv_chunk_blocks;
   Problem p{batch, make_plan(batch, cfg), double(sh.B) * sh.L * kHeadDim * dtype_size(sh.kv), flops,
             batch.rows()};
   return p;
@@ -282,11 +284,14 @@ int main(int argc, char** argv) {
   CLI::App app{"dcpmla GPU decode benchmark"};
   std::string out_path = "gpu_bench.json", filter, commit = "unknown", date = "unknown";
   int reps = 100;
-  int index = -1;
+  int index = -1, kv_chunk_blocks = 0;
   app.add_option("--out", out_path, "JSON output file");
   app.add_option("--filter", filter, "only shapes whose group contains this");
   app.add_option("--index", index, "only the index-th shape (from 0) that passes the filter");
   app.add_option("--reps", reps, "timed calls per shape (>= 100 for reported numbers)");
+  app.add_option("--kv-chunk-blocks", kv_chunk_blocks,
+                 "KV blocks per work item instead of the planner's split (experiments)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--commit", commit, "commit recorded with the results");
   app.add_option("--date", date, "date recorded with the results");
   CLI11_PARSE(app, argc, argv);
@@ -312,6 +317,8 @@ int main(int argc, char** argv) {
           {"commit", commit},
           {"date", date},
           {"reps", reps},
+          {"kv_chunk_blocks",
+           kv_chunk_blocks == 0 ? nlohmann::json("planner") : nlohmann::json(kv_chunk_blocks)},
           {"block_size", "64 unless a result says otherwise"},
           {"kv_dtype", "bf16 unless a result says otherwise"},
           {"ceilings", {{"copy_tbps", ceil.copy_tbps}, {"gemm_bf16_tflops", ceil.gemm_tflops}}},
@@ -331,7 +338,8 @@ int main(int argc, char** argv) {
       if (!filter.empty() && sh.group.find(filter) == std::string::npos) continue;
       if (++passed != index && index >= 0) continue;
       std::int64_t num_blocks = 0;
-      Problem p = make_problem(sh, &num_blocks, sh.block_size, prop.multiProcessorCount, rng);
+      Problem p = make_problem(sh, &num_blocks, sh.block_size, prop.multiProcessorCount, rng,
+                               kv_chunk_blocks);
       const std::int64_t rows = p.rows;
       DeviceBuffer cache(*backend,
                          std::size_t(num_blocks) * sh.block_size * kHeadDim * dtype_size(sh.kv));
