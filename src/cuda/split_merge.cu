@@ -3,12 +3,12 @@
 // is never read; a row whose partials are all empty gets O = 0 and LSE = -inf.
 //
 // One block per (merge row, head): the split LSEs are reduced in parallel (max, then the sum of
-// exp(lse - max)); then each of kGroups thread groups sums 4 output dims a thread over every
-// kGroups-th split, 8 splits in flight, with the weights of up to kWeights splits at a time
-// staged in shared memory, and the groups' sums are added in a fixed order (the same bits every
-// run). A request split kGroups x 8 ways or less is thus read in one round of loads, not one
-// round per 4 splits: the merge is bandwidth-bound, not latency-bound, for the single-request
-// shapes whose KV is split over every SM.
+// exp(lse - max)); then each of kGroups thread groups sums 4 output dims a thread over batches
+// of kBatch consecutive splits (the groups take alternate batches), with the weights of up to
+// kWeights splits at a time staged in shared memory, and the groups' sums are added in a fixed
+// order (the same bits every run). A batch's kBatch loads are issued together, whatever the
+// weights: an empty split's row is loaded with the others but its payload is never used (its
+// weight selects zero), so 64 splits take two rounds of memory latency, not one per split.
 //
 // Launched with programmatic dependent launch after the decode (launch_dependent): the blocks
 // start as the decode's blocks exit, read the plan, and wait for the decode's partials.
@@ -25,10 +25,11 @@ namespace dcpmla::cuda {
 namespace {
 
 constexpr int kDimThreads = kLatentDim / 4;  // 4 dims per thread
-constexpr int kGroups = 2;                   // thread groups over the splits
+constexpr int kGroups = 4;                   // thread groups over the splits
+constexpr int kBatch = 8;                    // splits a thread loads at once
 constexpr int kThreads = kGroups * kDimThreads;
 constexpr int kWeights = 256;
-constexpr unsigned kMaxMergeBlocks = 2048;  // 8 resident blocks a SM on 256 SMs
+constexpr unsigned kMaxMergeBlocks = 1024;  // 4 resident blocks a SM on 256 SMs
 
 __device__ float block_reduce(float v, bool is_max, float* scratch) {
   for (int off = 16; off >= 1; off >>= 1) {
@@ -86,12 +87,23 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeP
         weights[r] = merge::weight(lse[(r0 + r) * stride], merged);
       }
       __syncthreads();
-#pragma unroll 8
-      for (int r = group; r < n; r += kGroups) {
-        const float w = weights[r];
-        if (w != 0.0f) {  // an empty partial's payload is never read
-          const float4 v = *reinterpret_cast<const float4*>(o + (r0 + r) * stride * kLatentDim);
-          acc[0] += w * v.x, acc[1] += w * v.y, acc[2] += w * v.z, acc[3] += w * v.w;
+      for (int rb = group * kBatch; rb < n; rb += kGroups * kBatch) {
+        float w[kBatch];
+        float4 v[kBatch];
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+          const int r = min(rb + k, n - 1);  // past n: the last split again, weight 0
+          w[k] = rb + k < n ? weights[r] : 0.0f;
+          v[k] = *reinterpret_cast<const float4*>(o + (r0 + r) * stride * kLatentDim);
+        }
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+          // An empty partial's payload (weight 0) is never used, whatever it holds.
+          const float4 x = w[k] != 0.0f ? v[k] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          acc[0] = fmaf(w[k], x.x, acc[0]);
+          acc[1] = fmaf(w[k], x.y, acc[1]);
+          acc[2] = fmaf(w[k], x.z, acc[2]);
+          acc[3] = fmaf(w[k], x.w, acc[3]);
         }
       }
     }
