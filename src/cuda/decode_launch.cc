@@ -5,6 +5,7 @@
 // between the launches below. DCPMLA_NO_PDL=1 turns that off.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "check.h"
@@ -89,7 +90,10 @@ void decode(const DecodeArgs& a, DevicePlan& dp, cudaStream_t s) {
     launch_decode_tiles(p, a.q.dtype, a.cache.dtype, grid.tiles, s);
   }
   if (grid.merge_rows > 0) {
-    launch_split_merge({v.header, v.merge_rows, H, ws, ws_lse, final_rows}, grid.merge_rows, s);
+    int max_splits = 0;
+    for (const SplitMerge& m : plan.merges) max_splits = std::max(max_splits, int(m.num_splits));
+    launch_split_merge({v.header, v.merge_rows, H, ws, ws_lse, final_rows}, grid.merge_rows,
+                       max_splits, s);
   }
   if (v.capturing || v.counts.rows > plan.num_real_rows) {
     launch_fill_padding(final_rows, v.header, grid.rows, H, s);

@@ -74,8 +74,10 @@ struct SplitMergeParams {
   OutputRows final_rows;
 };
 
-// split_merge.cu: grid for merging up to `capacity` merge rows.
-void launch_split_merge(const SplitMergeParams& p, std::int64_t capacity, cudaStream_t s);
+// split_merge.cu: grid for merging up to `capacity` merge rows; max_splits (the most splits of a
+// request in the plan) picks the kernel's thread groups (any plan is merged right by either).
+void launch_split_merge(const SplitMergeParams& p, std::int64_t capacity, int max_splits,
+                        cudaStream_t s);
 
 // fill_padding.cu: rows [header->padding_begin, header->padding_end) of the final rows <- O 0
 // and LSE -inf; the grid covers up to `row_capacity` rows.

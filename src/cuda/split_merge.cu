@@ -3,12 +3,14 @@
 // is never read; a row whose partials are all empty gets O = 0 and LSE = -inf.
 //
 // One block per (merge row, head): the split LSEs are reduced in parallel (max, then the sum of
-// exp(lse - max)); then each of kGroups thread groups sums 4 output dims a thread over batches
-// of kBatch consecutive splits (the groups take alternate batches), with the weights of up to
+// exp(lse - max)); then each of Groups thread groups sums 4 output dims a thread over every
+// Groups-th split, kBatch of its splits' rows loaded together, with the weights of up to
 // kWeights splits at a time staged in shared memory, and the groups' sums are added in a fixed
-// order (the same bits every run). A batch's kBatch loads are issued together, whatever the
-// weights: an empty split's row is loaded with the others but its payload is never used (its
-// weight selects zero), so 64 splits take two rounds of memory latency, not one per split.
+// order (the same bits every run for a given Groups). A request split 64 ways over 4 groups is
+// thus read in two rounds of memory latency. Groups is 4 when the plan has a request split 32 ways
+// or more, else 2 (more blocks resident for the many small merges of batched shapes): (1, 65536,
+// 128, 1), 64 splits, merged in 10.7 us against 13.9 with 2 groups and one load per split in
+// flight; (32, 32768, 64, 1), 4 splits, 5 % slower with 4 groups (2026-12-01).
 //
 // Launched with programmatic dependent launch after the decode (launch_dependent): the blocks
 // start as the decode's blocks exit, read the plan, and wait for the decode's partials.
@@ -25,12 +27,12 @@ namespace dcpmla::cuda {
 namespace {
 
 constexpr int kDimThreads = kLatentDim / 4;  // 4 dims per thread
-constexpr int kGroups = 4;                   // thread groups over the splits
-constexpr int kBatch = 8;                    // splits a thread loads at once
-constexpr int kThreads = kGroups * kDimThreads;
+constexpr int kBatch = 8;                    // rows a thread loads at once
 constexpr int kWeights = 256;
-constexpr unsigned kMaxMergeBlocks = 1024;  // 4 resident blocks a SM on 256 SMs
+constexpr int kManySplits = 32;  // from this many splits of a request on: 4 groups
+constexpr unsigned kMaxMergeThreads = 256u * 2048u;  // a full device of 256 SMs
 
+template <int Threads>
 __device__ float block_reduce(float v, bool is_max, float* scratch) {
   for (int off = 16; off >= 1; off >>= 1) {
     const float o = __shfl_xor_sync(0xffffffffu, v, off);
@@ -41,14 +43,17 @@ __device__ float block_reduce(float v, bool is_max, float* scratch) {
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
   v = scratch[0];
-  for (int w = 1; w < kThreads / 32; ++w) v = is_max ? fmaxf(v, scratch[w]) : v + scratch[w];
+  for (int w = 1; w < Threads / 32; ++w) v = is_max ? fmaxf(v, scratch[w]) : v + scratch[w];
   return v;
 }
 
-__global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeParams p) {
+template <int Groups>
+__global__ void __launch_bounds__(Groups* kDimThreads)
+    split_merge_kernel(const SplitMergeParams p) {
+  constexpr int kThreads = Groups * kDimThreads;
   __shared__ float weights[kWeights];
   __shared__ float scratch[kThreads / 32];
-  __shared__ __align__(16) float sums[kGroups - 1][kLatentDim];  // groups 1.. -> group 0
+  __shared__ __align__(16) float sums[Groups - 1][kLatentDim];  // groups 1.. -> group 0
   // Launched dependent on the decode (launch_dependent): the plan (header, merge rows) was
   // uploaded before the decode and is read before the wait, the decode's partials and every
   // store only after it. Every thread waits, items or not.
@@ -66,14 +71,14 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeP
     float mx = -INFINITY;
     for (int r = threadIdx.x; r < m.num_splits; r += kThreads)
       mx = fmaxf(mx, merge::sanitize_lse(lse[r * stride]));
-    mx = block_reduce(mx, true, scratch);
+    mx = block_reduce<kThreads>(mx, true, scratch);
     float sum = 0.0f;
     if (mx != -INFINITY) {
       for (int r = threadIdx.x; r < m.num_splits; r += kThreads) {
         sum += expf(merge::sanitize_lse(lse[r * stride]) - mx);
       }
     }
-    sum = block_reduce(sum, false, scratch);
+    sum = block_reduce<kThreads>(sum, false, scratch);
     const float merged = sum > 0.0f ? mx + logf(sum) : -INFINITY;
 
     const int group = int(threadIdx.x) / kDimThreads;
@@ -87,14 +92,15 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeP
         weights[r] = merge::weight(lse[(r0 + r) * stride], merged);
       }
       __syncthreads();
-      for (int rb = group * kBatch; rb < n; rb += kGroups * kBatch) {
+      for (int rb = group; rb < n; rb += Groups * kBatch) {
         float w[kBatch];
         float4 v[kBatch];
 #pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
-          const int r = min(rb + k, n - 1);  // past n: the last split again, weight 0
-          w[k] = rb + k < n ? weights[r] : 0.0f;
-          v[k] = *reinterpret_cast<const float4*>(o + (r0 + r) * stride * kLatentDim);
+        for (int k = 0; k < kBatch; ++k) {  // splits rb, rb + Groups, ...: loads issued together
+          const int r = rb + Groups * k;
+          w[k] = r < n ? weights[r] : 0.0f;
+          v[k] = r < n ? *reinterpret_cast<const float4*>(o + (r0 + r) * stride * kLatentDim)
+                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
 #pragma unroll
         for (int k = 0; k < kBatch; ++k) {
@@ -116,7 +122,7 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeP
     __syncthreads();
     if (group > 0) continue;
 #pragma unroll
-    for (int g = 1; g < kGroups; ++g) {
+    for (int g = 1; g < Groups; ++g) {
       const float4 v = *reinterpret_cast<const float4*>(&sums[g - 1][d0]);
       acc[0] += v.x, acc[1] += v.y, acc[2] += v.z, acc[3] += v.w;
     }
@@ -129,13 +135,23 @@ __global__ void __launch_bounds__(kThreads) split_merge_kernel(const SplitMergeP
 
 }  // namespace
 
-void launch_split_merge(const SplitMergeParams& p, std::int64_t capacity, cudaStream_t s) {
+void launch_split_merge(const SplitMergeParams& p, std::int64_t capacity, int max_splits,
+                        cudaStream_t s) {
   const std::int64_t items = capacity * p.num_heads;
   if (items == 0) return;
   // The blocks stride over the items, so a full device of them is enough; under a CUDA graph
   // the launch covers the capacity, and a block per item would make most of them empty.
-  launch_dependent(split_merge_kernel, dim3(std::min(grid_blocks(items, 1), kMaxMergeBlocks)),
-                   kThreads, 0, s, "split_merge_kernel (cudaLaunchKernelEx)", p);
+  if (max_splits >= kManySplits) {
+    constexpr int kThreads = 4 * kDimThreads;
+    launch_dependent(split_merge_kernel<4>,
+                     dim3(std::min(grid_blocks(items, 1), kMaxMergeThreads / kThreads)), kThreads,
+                     0, s, "split_merge_kernel<4> (cudaLaunchKernelEx)", p);
+  } else {
+    constexpr int kThreads = 2 * kDimThreads;
+    launch_dependent(split_merge_kernel<2>,
+                     dim3(std::min(grid_blocks(items, 1), kMaxMergeThreads / kThreads)), kThreads,
+                     0, s, "split_merge_kernel<2> (cudaLaunchKernelEx)", p);
+  }
 }
 
 }  // namespace dcpmla::cuda
