@@ -1,8 +1,10 @@
-// Narrow tiles of the warp-specialised decode: a tile of N <= 32 (row, head) pairs (H = 16 or 32
-// at Q = 1, the last tile of H = 96, short ragged rows) computed transposed, so that the tensor
-// cores do N pairs' work instead of 64 (wgmma's M is fixed at 64; a 16-pair tile padded to 64 rows
-// wastes 3/4 of every MMA, and at H = 16 the padded chain of a tile takes about as long as the
-// tile's memory time).
+// Narrow tiles of the warp-specialised decode: a tile of at most N = 16 or 32 (row, head) pairs
+// computed transposed, so that the tensor cores do N pairs' work instead of 64 (wgmma's M is
+// fixed at 64: a 16-pair tile padded to 64 rows wastes 3/4 of every MMA). By default only tiles
+// of at most 16 pairs run here (H 16 at Q 1, the tail of a Q 5 row at H 16, H 1-16 short rows;
+// DCPMLA_NARROW_PAIRS in decode_ws_kernel.cuh): 32-pair narrow tiles measured slower than wide
+// ones, and what the narrow MMAs save pays mostly where the threads copy the tiles (fp8, block
+// size 16): bench/NOTES.md, session 9.
 //
 //   scores warpgroup:   S^T = K Q^T (36 wgmma m64nNk16: keys along M, pairs along N), the mask,
 //                       per-pair max over the 64 keys (shuffles, then the four warps through
@@ -69,8 +71,8 @@ __device__ __forceinline__ void narrow_tile(const DecodeParams& p, const DecodeT
                                             const BlockSmem& sm, int n) {
   static_assert(N == 16 || N == 32);
   constexpr int kAcc = N / 2;  // registers of an m64nN fragment
-  constexpr int kCols =
-      N / 4;  // pairs a thread holds in it: column jj is pair 8 (jj / 2) + 2 quad + jj % 2
+  // Pairs a thread holds in a fragment: its column jj is pair 8 (jj / 2) + 2 quad + jj % 2.
+  constexpr int kCols = N / 4;
   const int tid = threadIdx.x, wg = tid >> 7, wt = tid & 127;
   const int lane = tid & 31, warp = wt >> 5, quad = lane & 3;
   auto pair_of = [&](int jj) { return 8 * (jj >> 1) + 2 * quad + (jj & 1); };
