@@ -234,6 +234,8 @@ std::vector<Shape> shapes() {
     v.push_back(
         {"cache_formats", B, L, H, uniform(B, Q), Form::native, 1, 0, "", 64, DType::fp8_e4m3});
   }
+  // And the ragged_mix group's draw of 64 requests, Q 1..8, at L 32K, H 16.
+  v.push_back({"cache_formats", 64, 32768, 16, mix, Form::native, 1, 0, "", 64, DType::fp8_e4m3});
   return v;
 }
 
