@@ -49,11 +49,6 @@
 #ifndef DCPMLA_NARROW_PAIRS
 #define DCPMLA_NARROW_PAIRS 16
 #endif
-// The same for fp8 caches, whose tiles the output warpgroups' threads copy and widen: the time a
-// narrow P.V saves goes to those copies.
-#ifndef DCPMLA_NARROW_PAIRS_FP8
-#define DCPMLA_NARROW_PAIRS_FP8 32
-#endif
 
 namespace dcpmla::cuda {
 namespace ws {
@@ -94,11 +89,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     hopper::fence_proxy_async_shared();
   }
   __syncthreads();
-  constexpr int kNarrowPairs = C == Cache::fp8 ? DCPMLA_NARROW_PAIRS_FP8 : DCPMLA_NARROW_PAIRS;
-  if constexpr (kNarrowPairs >= 16) {
+  if constexpr (DCPMLA_NARROW_PAIRS >= 16) {
     if (tile.num_pairs <= 16) return narrow_tile<C, Bulk, 16>(p, tile, sm, n);
   }
-  if constexpr (kNarrowPairs >= 32) {
+  if constexpr (DCPMLA_NARROW_PAIRS >= 32) {
     if (tile.num_pairs <= 32) return narrow_tile<C, Bulk, 32>(p, tile, sm, n);
   }
 
