@@ -268,9 +268,7 @@ __device__ __forceinline__ void narrow_tile(const DecodeParams& p, const DecodeT
   const bool packed = !partial && p.final_rows.group_heads != 0;
   if (wg == 0) {
     if (wt >= tile.num_pairs) return;
-    const float total = sm.final_l[wt];
-    constexpr float kLn2 = 0.6931471805599453f;
-    const float lse = total > 0.0f ? (sm.final_m[wt] + log2f(total)) * kLn2 : -INFINITY;
+    const float lse = pair_lse(sm.final_m[wt], sm.final_l[wt]);
     const std::int64_t item = first + wt;
     if (partial) {
       p.partial_lse[item] = lse;
@@ -300,7 +298,7 @@ __device__ __forceinline__ void narrow_tile(const DecodeParams& p, const DecodeT
         if (partial) {
           p.partial_out[base + dim] = v;
         } else {
-          store_output1(p.final_rows, base + dim, v);
+          store1(p.final_rows.out, p.final_rows.bf16, base + dim, v);
         }
       }
     }

@@ -113,6 +113,12 @@ __device__ __forceinline__ std::int64_t first_output_item(const DecodeParams& p,
   return row * p.num_heads + tile.pair_begin;
 }
 
+// The natural-log LSE of a pair from its final running max m (log2 units, scaled scores) and
+// exp-sum l: -inf for a pair that saw no key.
+__device__ __forceinline__ float pair_lse(float m, float l) {
+  constexpr float kLn2 = 0.6931471805599453f;
+  return l > 0.0f ? (m + log2f(l)) * kLn2 : -INFINITY;
+}
 // Writes accumulator row r (0 or 1) of a 64 x 256 wgmma fragment o, times scale, at element
 // `at` (dim 2 quad of the thread's first column) of the partials or of the plain final rows:
 // columns 8 j + {0, 1}.

@@ -251,8 +251,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float total = sm.final_l[rows[r]];
     const std::int64_t item = first + rows[r];
     if (wg == 0) {
-      constexpr float kLn2 = 0.6931471805599453f;
-      const float lse = total > 0.0f ? (sm.final_m[rows[r]] + log2f(total)) * kLn2 : -INFINITY;
+      const float lse = pair_lse(sm.final_m[rows[r]], total);
       if (quad == 0) {
         if (packed) {
           *output_lse(p.final_rows, item, output_offset(p.final_rows, item, p.num_heads)) = lse;

@@ -57,16 +57,6 @@ __device__ __forceinline__ void store_output2(const OutputRows& o, std::int64_t 
   }
 }
 
-// One O element at element `at` (the narrow decode tiles hold O transposed: one dim of a pair per
-// register).
-__device__ __forceinline__ void store_output1(const OutputRows& o, std::int64_t at, float a) {
-  if (o.bf16) {
-    static_cast<bf16_bits*>(o.out)[at] = float_to_bf16(a);
-  } else {
-    static_cast<float*>(o.out)[at] = a;
-  }
-}
-
 // Four consecutive O elements at element `at` (a multiple of 4 within its row).
 __device__ __forceinline__ void store_output4(const OutputRows& o, std::int64_t at, float a,
                                               float b, float c, float d) {

@@ -133,24 +133,26 @@ __global__ void __launch_bounds__(Groups* kDimThreads)
   }
 }
 
+template <int Groups>
+void launch_merge(const SplitMergeParams& p, std::int64_t items, cudaStream_t s) {
+  constexpr int kThreads = Groups * kDimThreads;
+  // The blocks stride over the items, so a full device of them is enough; under a CUDA graph
+  // the launch covers the capacity, and a block per item would make most of them empty.
+  launch_dependent(split_merge_kernel<Groups>,
+                   dim3(std::min(grid_blocks(items, 1), kMaxMergeThreads / kThreads)), kThreads, 0,
+                   s, "split_merge_kernel (cudaLaunchKernelEx)", p);
+}
+
 }  // namespace
 
 void launch_split_merge(const SplitMergeParams& p, std::int64_t capacity, int max_splits,
                         cudaStream_t s) {
   const std::int64_t items = capacity * p.num_heads;
   if (items == 0) return;
-  // The blocks stride over the items, so a full device of them is enough; under a CUDA graph
-  // the launch covers the capacity, and a block per item would make most of them empty.
   if (max_splits >= kManySplits) {
-    constexpr int kThreads = 4 * kDimThreads;
-    launch_dependent(split_merge_kernel<4>,
-                     dim3(std::min(grid_blocks(items, 1), kMaxMergeThreads / kThreads)), kThreads,
-                     0, s, "split_merge_kernel<4> (cudaLaunchKernelEx)", p);
+    launch_merge<4>(p, items, s);
   } else {
-    constexpr int kThreads = 2 * kDimThreads;
-    launch_dependent(split_merge_kernel<2>,
-                     dim3(std::min(grid_blocks(items, 1), kMaxMergeThreads / kThreads)), kThreads,
-                     0, s, "split_merge_kernel<2> (cudaLaunchKernelEx)", p);
+    launch_merge<2>(p, items, s);
   }
 }
 
