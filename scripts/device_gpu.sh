@@ -144,6 +144,14 @@ if [ -x build-gpu/bench/gpu/dcpmla_load_bench ]; then
   [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "FAIL: load benchmark"; }
 fi
 
+if [ -x build-gpu/bench/gpu/dcpmla_mma_bench ]; then
+  log "Tensor-core streams of the decode tile (S, P.V, beside bulk copies)"
+  timeout "$(cap 60)" build-gpu/bench/gpu/dcpmla_mma_bench --out "$OUT/mma_bench.json" \
+    --commit "${DCPMLA_COMMIT:-unknown}" --date "$(date -u +%Y-%m-%dT%H:%M:%SZ)" 2>&1 |
+    tee "$OUT/mma_bench.txt" | tail -20
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "FAIL: mma benchmark"; }
+fi
+
 # --- demo ---------------------------------------------------------------------------------
 if build-gpu/tools/dcpmla demo --help 2>&1 | grep -q -- "--backend"; then
   log "demo on the CUDA backend"

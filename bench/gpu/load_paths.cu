@@ -6,16 +6,13 @@
 // the load path's own latency / throughput. Sources: pages spread over a region larger than L2
 // (HBM), a small region (L2-resident), and groups of 16 blocks reading the same page at the
 // same time (the compute-bound decode, where 16 row tiles of a request share its KV).
-#include <cuda.h>
-#include <cudaTypedefs.h>
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "bench_cuda.h"
 #include "hopper/mbarrier.cuh"
 #include "hopper/tma.cuh"
 #include "hopper/wgmma.cuh"
@@ -34,10 +31,6 @@ constexpr std::uint32_t kSmemBytes = 2 * kTileBytes + 64 + 1024;
 
 enum class Path { cp_async, tma, tma_evict_first };
 enum class Source { hbm, l2, shared16 };
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
 
 struct Params {
   const unsigned char* cache;  // [pages * 64, 576] bf16
@@ -159,19 +152,19 @@ template <Path P, int Depth>
 LoadResult run(const Params& p, const CUtensorMap& map, int blocks, const char* path,
                const char* source) {
   auto kernel = load_kernel<P, Depth>;
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
-        "cudaFuncSetAttribute");
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
+             "cudaFuncSetAttribute");
   cudaEvent_t e0, e1;
-  check(cudaEventCreate(&e0), "cudaEventCreate");
-  check(cudaEventCreate(&e1), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&e0), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&e1), "cudaEventCreate");
   float best = 1e30f;
   for (int rep = 0; rep < 6; ++rep) {
-    check(cudaEventRecord(e0), "cudaEventRecord");
+    check_cuda(cudaEventRecord(e0), "cudaEventRecord");
     kernel<<<blocks, kThreads, kSmemBytes>>>(p, map);
-    check(cudaEventRecord(e1), "cudaEventRecord");
-    check(cudaEventSynchronize(e1), "kernel");
+    check_cuda(cudaEventRecord(e1), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(e1), "kernel");
     float ms = 0;
-    check(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+    check_cuda(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
     if (rep > 0) best = std::min(best, ms);
   }
   cudaEventDestroy(e0);
@@ -184,37 +177,17 @@ LoadResult run(const Params& p, const CUtensorMap& map, int blocks, const char* 
 
 LoadReport measure_load_paths(int tiles) {
   cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   const int blocks = prop.multiProcessorCount;
   const std::int64_t hbm_pages = 8192;  // 604 MB, far beyond L2
   const std::int64_t rows = hbm_pages * kTokens;
   unsigned char* cache = nullptr;
   unsigned* sink = nullptr;
-  check(cudaMalloc(&cache, std::size_t(rows) * kDims * 2), "cudaMalloc");
-  check(cudaMalloc(&sink, sizeof(unsigned)), "cudaMalloc");
-  check(cudaMemset(cache, 0x3c, std::size_t(rows) * kDims * 2), "cudaMemset");
+  check_cuda(cudaMalloc(&cache, std::size_t(rows) * kDims * 2), "cudaMalloc");
+  check_cuda(cudaMalloc(&sink, sizeof(unsigned)), "cudaMalloc");
+  check_cuda(cudaMemset(cache, 0x3c, std::size_t(rows) * kDims * 2), "cudaMemset");
 
-  PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-  check(
-      cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&encode),
-                                       12000, cudaEnableDefault, &q),
-      "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
-  if (encode == nullptr || q != cudaDriverEntryPointSuccess) {
-    throw std::runtime_error("cuTensorMapEncodeTiled is not available");
-  }
-  // The cache as a 2-D tensor [rows, 576] of bf16; a box is 64 rows x 64 dims (one chunk).
-  CUtensorMap map{};
-  const cuuint64_t dims[2] = {cuuint64_t(kDims), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(kDims * 2)};
-  const cuuint32_t box[2] = {64, 64};
-  const cuuint32_t elem[2] = {1, 1};
-  if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, cache, dims, strides, box, elem,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
-    throw std::runtime_error("cuTensorMapEncodeTiled failed");
-  }
+  const CUtensorMap map = make_cache_tensor_map(cache, rows);
 
   LoadReport report{prop.name, blocks, tiles, kTileBytes, {}};
   const struct {

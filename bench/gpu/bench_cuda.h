@@ -1,0 +1,19 @@
+// Host helpers the GPU micro-benchmarks share: CUDA error checks that throw, and the tensor map
+// of a bf16 latent cache [rows, 576] whose box is one 64-token x 64-dim chunk.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dcpmla::bench {
+
+// Throws std::runtime_error naming `what` when e is not cudaSuccess.
+void check_cuda(cudaError_t e, const char* what);
+
+// The cache as a 2-D tensor [rows, 576] of bf16, boxes of 64 rows x 64 dims, 128-byte swizzle
+// (the decode kernel's chunk). Throws std::runtime_error when the driver cannot encode it.
+CUtensorMap make_cache_tensor_map(void* cache, std::int64_t rows);
+
+}  // namespace dcpmla::bench

@@ -1,0 +1,368 @@
+// MMA stream benchmark: what the decode tile's two tensor-core streams cost on an SM, alone and
+// together, and what bulk copies into the same shared memory take from them.
+//
+// One block per SM, laid out as the decode kernel's (three warpgroups and 227 KiB: Q 72 KiB, two
+// KV stages of 72 KiB, P 8 KiB). Each warpgroup runs one role for `tiles`
+// tiles, free-running (no hand-offs, so what is left is the tensor cores' and shared memory's
+// own sharing):
+//   S      36 wgmma m64n64k16 over the 576 dims of a 64-key tile: A = Q (shared memory, or one
+//          register fragment reused: the "Q in registers" bound), B = K of the stage.
+//   P.V    4 wgmma m64n256k16 over the tile's 64 keys: A = P (shared memory), B = 256 dims of
+//          V (transposed operand of the same stage).
+// The copies: 72 KiB tiles (9 bulk tensor boxes) into the two stages, 2 in flight, issued by the
+// first thread of a warpgroup without a role until the others are done, or, when every
+// warpgroup has one, by output warpgroup 1 after each of its P.V tiles (as the decode kernel
+// refills; a 4th warpgroup for the copies would cap the kernel at 128 registers a thread, too few
+// for the m64n256 accumulators). The data is finite and arbitrary; the copies overwrite stages
+// the MMAs read, which races by design (only the time is measured).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "bench_cuda.h"
+#include "hopper/mbarrier.cuh"
+#include "hopper/tma.cuh"
+#include "hopper/wgmma.cuh"
+#include "mma_paths.h"
+
+namespace dcpmla::bench {
+namespace {
+
+namespace hopper = dcpmla::cuda::hopper;
+
+constexpr int kThreads = 3 * 128;
+constexpr int kTokens = 64, kDims = 576, kChunks = kDims / 64;
+constexpr std::uint32_t kChunkBytes = 64u * 128u;
+constexpr std::uint32_t kTileBytes = kChunks * kChunkBytes;  // 73728
+constexpr std::uint32_t kOffQ = 0, kOffKv = kTileBytes, kOffP = 3 * kTileBytes;
+constexpr std::uint32_t kOffBars = kOffP + 64u * 128u;
+constexpr std::uint32_t kUsed = kOffBars + 64;
+constexpr std::uint32_t kSmemBytes = kUsed + 1024;
+static_assert(kSmemBytes <= 227u * 1024u, "227 KiB of shared memory per block");
+
+constexpr double kSFlops = 2.0 * 64 * 64 * kDims;  // one tile's S
+constexpr double kPvFlops = 2.0 * 64 * 256 * 64;   // one tile's P.V of one output warpgroup
+
+struct Params {
+  MmaRole roles[3];
+  CopySource copy;
+  std::int64_t pages;  // the copy source's pages of 64 tokens
+  int tiles;
+  // [block][4]: per warpgroup {cycles, ns}, then the copy warp's {tiles, ns}
+  long long* timing;
+  float* sink;
+};
+
+__device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ long long global_ns() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+template <int N>
+__device__ __forceinline__ void keep(const float (&d)[N], float* sink) {
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) s += d[i];
+  if (s == 1234.5f) *sink = s;
+}
+
+__device__ __forceinline__ std::int64_t copy_page(const Params& p, int t) {
+  const std::int64_t b = blockIdx.x;
+  if (p.copy == CopySource::l2) return (b + t) % p.pages;
+  return (b * 7919 + std::int64_t(t) * 131) % p.pages;
+}
+
+// Tile t's copies into stage t % 2 (tile t - 2's have landed).
+__device__ __forceinline__ void issue_copy(const Params& p, const CUtensorMap& map,
+                                           std::uint32_t base, int t) {
+  const std::uint32_t bar = base + kOffBars + 8u * std::uint32_t(t & 1);
+  const std::uint32_t dst = base + kOffKv + std::uint32_t(t & 1) * kTileBytes;
+  hopper::fence_proxy_async_shared();
+  hopper::mbarrier_arrive_expect_tx(bar, kTileBytes);
+  const int row = int(copy_page(p, t) * kTokens);
+  for (int c = 0; c < kChunks; ++c) {
+    hopper::bulk_tensor_load_2d(dst + c * kChunkBytes, &map, c * 64, row, bar);
+  }
+}
+__device__ __forceinline__ void copy_landed(std::uint32_t base, int t) {
+  hopper::mbarrier_wait(base + kOffBars + 8u * std::uint32_t(t & 1), std::uint32_t(t >> 1) & 1u);
+}
+
+template <bool RS>
+__device__ __forceinline__ void run_scores(const Params& p, std::uint32_t base) {
+  float s[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) s[i] = 0.0f;
+  const std::uint32_t a_regs[4] = {0x3c003c00u + threadIdx.x, 0x3c00bc00u, 0xbc003c00u,
+                                   0x3c003c00u};
+  const std::uint64_t desc_q = hopper::smem_descriptor(base + kOffQ, 16, 1024);
+  for (int t = 0; t < p.tiles; ++t) {
+    const std::uint64_t desc_k =
+        hopper::smem_descriptor(base + kOffKv + std::uint32_t(t & 1) * kTileBytes, 16, 1024);
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < 36; ++ks) {
+      const std::uint32_t off = ((ks >> 2) * kChunkBytes + (ks & 3) * 32) >> 4;
+      if constexpr (RS) {
+        hopper::wgmma_m64n64k16_rs(s, a_regs, desc_k + off, ks > 0);
+      } else {
+        hopper::wgmma_m64n64k16_ss(s, desc_q + off, desc_k + off, ks > 0);
+      }
+    }
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<0>();
+    hopper::pin_registers(s);
+  }
+  keep(s, p.sink);
+}
+
+// copies: this warpgroup's first thread issues a tile's copies after each P.V tile. (P from
+// registers is not measured: ptxas serialises the m64n256 register-A wgmmas of this loop for want
+// of registers at the 168 a thread of a 384-thread block.)
+__device__ __forceinline__ void run_output(const Params& p, const CUtensorMap& map,
+                                           std::uint32_t base, int og, bool copies) {
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+  const std::uint64_t desc_p = hopper::smem_descriptor(base + kOffP, 16, 1024);
+  for (int t = 0; t < p.tiles; ++t) {
+    const std::uint64_t desc_v = hopper::smem_descriptor(
+        base + kOffKv + std::uint32_t(t & 1) * kTileBytes + og * 4 * kChunkBytes, kChunkBytes,
+        1024);
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kTokens / 16; ++ks) {
+      hopper::wgmma_m64n256k16_ss_tb(o, desc_p + ks * 2, desc_v + ks * (16 * 128 >> 4), true);
+    }
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<0>();
+    hopper::pin_registers(o);
+    if (copies && (threadIdx.x & 127) == 0) {
+      if (t >= 2) copy_landed(base, t - 2);
+      issue_copy(p, map, base, t);
+    }
+  }
+  if (copies && (threadIdx.x & 127) == 0) {
+    for (int t = p.tiles >= 2 ? p.tiles - 2 : 0; t < p.tiles; ++t) copy_landed(base, t);
+  }
+  keep(o, p.sink);
+}
+
+// Streams tiles into the stages, two in flight, until every active warpgroup is done (or, with
+// none active, for p.tiles tiles). Returns the tiles that landed.
+__device__ int run_copies(const Params& p, const CUtensorMap& map, std::uint32_t base,
+                          volatile int* done, int active) {
+  int issued = 0;
+  for (;;) {
+    if (active > 0 ? *done == active : issued == p.tiles) break;
+    if (issued >= 2) copy_landed(base, issued - 2);
+    issue_copy(p, map, base, issued++);
+  }
+  for (int t = issued >= 2 ? issued - 2 : 0; t < issued; ++t) copy_landed(base, t);
+  return issued;
+}
+
+// One instantiation per role combination: each warpgroup's branch holds only its own role's
+// code (with every role in one kernel, ptxas serialises the wgmmas for want of registers).
+template <MmaRole R0, MmaRole R1, MmaRole R2>
+__global__ void __launch_bounds__(kThreads, 1)
+    mma_kernel(const Params p, const __grid_constant__ CUtensorMap map) {
+  extern __shared__ __align__(1024) unsigned char raw[];
+  const std::uint32_t a = smem_addr(raw);
+  const std::uint32_t base = a + ((1024u - (a & 1023u)) & 1023u);
+  unsigned char* smem = raw + (base - a);
+  volatile int* done = reinterpret_cast<volatile int*>(smem + kOffBars + 16);
+  // Finite bf16 operands in [-1, 1) everywhere the MMAs read.
+  for (std::uint32_t w = threadIdx.x; w < kOffBars / 4; w += kThreads) {
+    const std::uint32_t h = (w * 2654435761u) ^ (w >> 7);
+    const float lo = float(h & 0xffffu) / 32768.0f - 1.0f;
+    const float hi = float(h >> 16) / 32768.0f - 1.0f;
+    reinterpret_cast<std::uint32_t*>(smem)[w] =
+        (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u);
+  }
+  if (threadIdx.x == 0) {
+    hopper::mbarrier_init(base + kOffBars, 1);
+    hopper::mbarrier_init(base + kOffBars + 8, 1);
+    *done = 0;
+  }
+  hopper::fence_proxy_async_shared();
+  __syncthreads();
+  const int wg = threadIdx.x >> 7;
+  int active = 0;
+  for (int g = 0; g < 3; ++g) active += p.roles[g] != MmaRole::none;
+  long long* timing = p.timing + std::int64_t(blockIdx.x) * 8;
+  int copier = -1;  // the warpgroup that streams the copies, -1: output warpgroup 1 per tile
+  for (int g = 2; g >= 0; --g) {
+    if (p.roles[g] == MmaRole::none) copier = g;
+  }
+  const MmaRole role = wg == 0 ? R0 : wg == 1 ? R1 : R2;
+  if (role == MmaRole::none) {
+    if (wg == copier && threadIdx.x == 128 * wg && p.copy != CopySource::none) {
+      const long long t0 = global_ns();
+      const int tiles = run_copies(p, map, base, done, active);
+      timing[6] = tiles;
+      timing[7] = global_ns() - t0;
+    }
+    return;
+  }
+  const bool copies_per_tile = copier < 0 && wg == 1 && p.copy != CopySource::none;
+  const long long c0 = clock64(), t0 = global_ns();
+  auto run_role = [&](auto role_constant) {
+    constexpr MmaRole kRole = decltype(role_constant)::value;
+    if constexpr (kRole == MmaRole::s_ss || kRole == MmaRole::s_rs) {
+      run_scores<kRole == MmaRole::s_rs>(p, base);
+    } else if constexpr (kRole == MmaRole::pv_ss) {
+      run_output(p, map, base, wg == 2, copies_per_tile);
+    }
+  };
+  if (wg == 0) {
+    run_role(std::integral_constant<MmaRole, R0>{});
+  } else if (wg == 1) {
+    run_role(std::integral_constant<MmaRole, R1>{});
+  } else {
+    run_role(std::integral_constant<MmaRole, R2>{});
+  }
+  const long long c1 = clock64(), t1 = global_ns();
+  if ((threadIdx.x & 127) == 0) {
+    timing[2 * wg] = c1 - c0;
+    timing[2 * wg + 1] = t1 - t0;
+    atomicAdd(const_cast<int*>(done), 1);
+    if (copies_per_tile) {
+      timing[6] = p.tiles;
+      timing[7] = t1 - t0;
+    }
+  }
+}
+
+double flops_of(MmaRole r) {
+  switch (r) {
+    case MmaRole::s_ss:
+    case MmaRole::s_rs:
+      return kSFlops;
+    case MmaRole::pv_ss:
+      return kPvFlops;
+    default:
+      return 0.0;
+  }
+}
+
+using Kernel = void (*)(Params, CUtensorMap);
+
+template <MmaRole R0, MmaRole R1, MmaRole R2>
+std::pair<MmaScenario, Kernel> scenario(const char* name, CopySource copy) {
+  return {MmaScenario{name, {R0, R1, R2}, copy}, mma_kernel<R0, R1, R2>};
+}
+
+MmaResult run(const MmaScenario& sc, Kernel kernel, const CUtensorMap& map, std::int64_t hbm_pages,
+              int blocks, int tiles, long long* timing, float* sink) {
+  Params p{{sc.roles[0], sc.roles[1], sc.roles[2]},
+           sc.copy,
+           sc.copy == CopySource::l2 ? 224 : hbm_pages,
+           tiles,
+           timing,
+           sink};
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
+             "cudaFuncSetAttribute");
+  std::vector<long long> host(std::size_t(blocks) * 8);
+  MmaResult best{sc, {}, {}, 0.0, 0.0, 0.0};
+  double best_longest = 1e30;
+  for (int rep = 0; rep < 4; ++rep) {
+    check_cuda(cudaMemset(timing, 0, host.size() * sizeof(long long)), "cudaMemset");
+    kernel<<<blocks, kThreads, kSmemBytes>>>(p, map);
+    check_cuda(cudaGetLastError(), "mma_kernel launch");
+    check_cuda(cudaDeviceSynchronize(), "mma_kernel");
+    check_cuda(
+        cudaMemcpy(host.data(), timing, host.size() * sizeof(long long), cudaMemcpyDeviceToHost),
+        "cudaMemcpy");
+    if (rep == 0) continue;  // warm-up
+    MmaResult r{sc, {}, {}, 0.0, 0.0, 0.0};
+    double longest = 0.0, cycles = 0.0, ns = 0.0, flops = 0.0, copy_bytes = 0.0, copy_ns = 0.0;
+    for (int g = 0; g < 3; ++g) {
+      if (sc.roles[g] == MmaRole::none) continue;
+      double worst_ns = 0.0;
+      for (int b = 0; b < blocks; ++b) {
+        const long long* t = host.data() + std::size_t(b) * 8;
+        worst_ns = std::max(worst_ns, double(t[2 * g + 1]));
+        if (cycles == 0.0) {
+          cycles = double(t[2 * g]);
+          ns = double(t[2 * g + 1]);
+        }
+      }
+      const double f = flops_of(sc.roles[g]) * tiles * blocks;
+      r.us[g] = worst_ns * 1e-3;
+      r.tflops[g] = f / (worst_ns * 1e-9) / 1e12;
+      flops += f;
+      longest = std::max(longest, worst_ns);
+    }
+    for (int b = 0; b < blocks; ++b) {
+      const long long* t = host.data() + std::size_t(b) * 8;
+      copy_bytes += double(t[6]) * kTileBytes;
+      copy_ns = std::max(copy_ns, double(t[7]));
+    }
+    if (longest == 0.0) longest = copy_ns;
+    r.total_tflops = flops > 0.0 ? flops / (longest * 1e-9) / 1e12 : 0.0;
+    r.copy_tb_per_s = copy_ns > 0.0 ? copy_bytes / (copy_ns * 1e-9) / 1e12 : 0.0;
+    r.sm_mhz = ns > 0.0 ? cycles / ns * 1e3 : 0.0;
+    if (longest < best_longest) {
+      best_longest = longest;
+      best = r;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+MmaReport measure_mma_paths(int tiles) {
+  cudaDeviceProp prop{};
+  check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  const int blocks = prop.multiProcessorCount;
+  const std::int64_t hbm_pages = 8192;  // 604 MB, far beyond L2
+  const std::int64_t rows = hbm_pages * kTokens;
+  unsigned char* cache = nullptr;
+  long long* timing = nullptr;
+  float* sink = nullptr;
+  check_cuda(cudaMalloc(&cache, std::size_t(rows) * kDims * 2), "cudaMalloc");
+  check_cuda(cudaMalloc(&timing, std::size_t(blocks) * 8 * sizeof(long long)), "cudaMalloc");
+  check_cuda(cudaMalloc(&sink, sizeof(float)), "cudaMalloc");
+  check_cuda(cudaMemset(cache, 0x3c, std::size_t(rows) * kDims * 2), "cudaMemset");
+  const CUtensorMap map = make_cache_tensor_map(cache, rows);
+
+  using R = MmaRole;
+  using C = CopySource;
+  const std::pair<MmaScenario, Kernel> scenarios[] = {
+      scenario<R::s_ss, R::none, R::none>("S alone", C::none),
+      scenario<R::s_rs, R::none, R::none>("S alone, Q in registers", C::none),
+      scenario<R::s_ss, R::s_ss, R::none>("two S streams", C::none),
+      scenario<R::none, R::pv_ss, R::pv_ss>("P.V x2 alone", C::none),
+      scenario<R::s_ss, R::pv_ss, R::pv_ss>("S + P.V x2 (v3 mix)", C::none),
+      scenario<R::s_rs, R::pv_ss, R::pv_ss>("S (Q in registers) + P.V x2", C::none),
+      scenario<R::s_ss, R::none, R::none>("S + copies (L2)", C::l2),
+      scenario<R::none, R::pv_ss, R::pv_ss>("P.V x2 + copies (L2)", C::l2),
+      scenario<R::s_ss, R::pv_ss, R::pv_ss>("v3 mix + copies (L2)", C::l2),
+      scenario<R::s_ss, R::pv_ss, R::pv_ss>("v3 mix + copies (HBM)", C::hbm),
+      scenario<R::s_rs, R::pv_ss, R::pv_ss>("S (Q in registers) + P.V x2 + copies (L2)", C::l2),
+      scenario<R::none, R::none, R::none>("copies alone (L2)", C::l2),
+      scenario<R::none, R::none, R::none>("copies alone (HBM)", C::hbm),
+  };
+  MmaReport report{prop.name, blocks, tiles, {}};
+  for (const auto& [sc, kernel] : scenarios) {
+    report.results.push_back(run(sc, kernel, map, hbm_pages, blocks, tiles, timing, sink));
+  }
+  cudaFree(cache);
+  cudaFree(timing);
+  cudaFree(sink);
+  return report;
+}
+
+}  // namespace dcpmla::bench
