@@ -36,4 +36,20 @@ CUtensorMap make_cache_tensor_map(void* cache, std::int64_t rows) {
   return map;
 }
 
+BenchCache::BenchCache(std::int64_t pages) {
+  const std::size_t bytes = std::size_t(pages) * 64 * 576 * 2;
+  check_cuda(cudaMalloc(&data_, bytes), "cudaMalloc");
+  try {
+    check_cuda(cudaMemset(data_, 0x3c, bytes), "cudaMemset");
+    map_ = make_cache_tensor_map(data_, pages * 64);
+  } catch (...) {
+    cudaFree(data_);
+    throw;
+  }
+}
+
+BenchCache::~BenchCache() {
+  cudaFree(data_);
+}
+
 }  // namespace dcpmla::bench

@@ -180,14 +180,10 @@ LoadReport measure_load_paths(int tiles) {
   check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   const int blocks = prop.multiProcessorCount;
   const std::int64_t hbm_pages = 8192;  // 604 MB, far beyond L2
-  const std::int64_t rows = hbm_pages * kTokens;
-  unsigned char* cache = nullptr;
+  const BenchCache cache(hbm_pages);
+  const CUtensorMap& map = cache.map();
   unsigned* sink = nullptr;
-  check_cuda(cudaMalloc(&cache, std::size_t(rows) * kDims * 2), "cudaMalloc");
   check_cuda(cudaMalloc(&sink, sizeof(unsigned)), "cudaMalloc");
-  check_cuda(cudaMemset(cache, 0x3c, std::size_t(rows) * kDims * 2), "cudaMemset");
-
-  const CUtensorMap map = make_cache_tensor_map(cache, rows);
 
   LoadReport report{prop.name, blocks, tiles, kTileBytes, {}};
   const struct {
@@ -199,14 +195,13 @@ LoadReport measure_load_paths(int tiles) {
                  {Source::shared16, "16 blocks per page", hbm_pages}};
   auto& r = report.results;
   for (const auto& src : sources) {
-    const Params p{cache, src.pages, tiles, src.source, sink};
+    const Params p{cache.data(), src.pages, tiles, src.source, sink};
     r.push_back(run<Path::cp_async, 1>(p, map, blocks, "cp.async", src.name));
     r.push_back(run<Path::cp_async, 2>(p, map, blocks, "cp.async", src.name));
     r.push_back(run<Path::tma, 1>(p, map, blocks, "tma", src.name));
     r.push_back(run<Path::tma, 2>(p, map, blocks, "tma", src.name));
     r.push_back(run<Path::tma_evict_first, 2>(p, map, blocks, "tma evict_first", src.name));
   }
-  cudaFree(cache);
   cudaFree(sink);
   return report;
 }

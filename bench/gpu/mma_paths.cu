@@ -328,15 +328,12 @@ MmaReport measure_mma_paths(int tiles) {
   check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   const int blocks = prop.multiProcessorCount;
   const std::int64_t hbm_pages = 8192;  // 604 MB, far beyond L2
-  const std::int64_t rows = hbm_pages * kTokens;
-  unsigned char* cache = nullptr;
+  const BenchCache cache(hbm_pages);
+  const CUtensorMap& map = cache.map();
   long long* timing = nullptr;
   float* sink = nullptr;
-  check_cuda(cudaMalloc(&cache, std::size_t(rows) * kDims * 2), "cudaMalloc");
   check_cuda(cudaMalloc(&timing, std::size_t(blocks) * 8 * sizeof(long long)), "cudaMalloc");
   check_cuda(cudaMalloc(&sink, sizeof(float)), "cudaMalloc");
-  check_cuda(cudaMemset(cache, 0x3c, std::size_t(rows) * kDims * 2), "cudaMemset");
-  const CUtensorMap map = make_cache_tensor_map(cache, rows);
 
   using R = MmaRole;
   using C = CopySource;
@@ -359,7 +356,6 @@ MmaReport measure_mma_paths(int tiles) {
   for (const auto& [sc, kernel] : scenarios) {
     report.results.push_back(run(sc, kernel, map, hbm_pages, blocks, tiles, timing, sink));
   }
-  cudaFree(cache);
   cudaFree(timing);
   cudaFree(sink);
   return report;
