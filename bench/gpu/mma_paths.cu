@@ -2,9 +2,8 @@
 // together, and what bulk copies into the same shared memory take from them.
 //
 // One block per SM, laid out as the decode kernel's (three warpgroups and 227 KiB: Q 72 KiB, two
-// KV stages of 72 KiB, P 8 KiB). Each warpgroup runs one role for `tiles`
-// tiles, free-running (no hand-offs, so what is left is the tensor cores' and shared memory's
-// own sharing):
+// KV stages of 72 KiB, P 8 KiB). Each warpgroup runs one role for `tiles` tiles, free-running
+// (no hand-offs, so what is left is the tensor cores' and shared memory's own sharing):
 //   S      36 wgmma m64n64k16 over the 576 dims of a 64-key tile: A = Q (shared memory, or one
 //          register fragment reused: the "Q in registers" bound), B = K of the stage.
 //   P.V    4 wgmma m64n256k16 over the tile's 64 keys: A = P (shared memory), B = 256 dims of
@@ -54,7 +53,7 @@ struct Params {
   CopySource copy;
   std::int64_t pages;  // the copy source's pages of 64 tokens
   int tiles;
-  // [block][4]: per warpgroup {cycles, ns}, then the copy warp's {tiles, ns}
+  // [block][8]: per warpgroup {cycles, ns}, then the copies' {tiles, ns}
   long long* timing;
   float* sink;
 };
