@@ -148,7 +148,7 @@ __device__ __forceinline__ void narrow_tile(const DecodeParams& p, const DecodeT
       for (int jj = 0; jj < kCols; ++jj) {
         const int c = pair_of(jj);
         mx[jj] = fmaxf(fmaxf(maxima[c], maxima[32 + c]), fmaxf(maxima[64 + c], maxima[96 + c]));
-        const float m_new = fmaxf(m[jj], mx[jj] * scale_log2);
+        const float m_new = running_max(m[jj], mx[jj] * scale_log2);
         factor[jj] = m_new == -INFINITY ? 1.0f : exp2f(m[jj] - m_new);
         m[jj] = m_new;
         m_use[jj] = m_new == -INFINITY ? 0.0f : m_new;

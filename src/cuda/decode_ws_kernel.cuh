@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int r = 0; r < 2; ++r) {
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        const float m_new = fmaxf(m[r], mx[r] * scale_log2);
+        const float m_new = running_max(m[r], mx[r] * scale_log2);
         factor[r] = m_new == -INFINITY ? 1.0f : exp2f(m[r] - m_new);
         m[r] = m_new;
         m_use[r] = m_new == -INFINITY ? 0.0f : m_new;  // masked scores stay -inf: exp2 gives 0
