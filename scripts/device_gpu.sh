@@ -136,21 +136,18 @@ if [ -x build-gpu/bench/gpu/dcpmla_gpu_bench ]; then
   [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "FAIL: gpu benchmark"; }
 fi
 
-if [ -x build-gpu/bench/gpu/dcpmla_load_bench ]; then
-  log "KV tile load paths (cp.async as the decode kernel loads, TMA)"
-  timeout "$(cap 90)" build-gpu/bench/gpu/dcpmla_load_bench --out "$OUT/load_bench.json" \
+# A micro-benchmark (name, seconds, what it measures): table in $OUT/<name>.txt, JSON beside it.
+micro_bench() {
+  local name=$1 seconds=$2 what=$3 bin=build-gpu/bench/gpu/dcpmla_$1
+  [ -x "$bin" ] || return 0
+  log "$what"
+  timeout "$(cap "$seconds")" "$bin" --out "$OUT/$name.json" \
     --commit "${DCPMLA_COMMIT:-unknown}" --date "$(date -u +%Y-%m-%dT%H:%M:%SZ)" 2>&1 |
-    tee "$OUT/load_bench.txt" | tail -20
-  [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "FAIL: load benchmark"; }
-fi
-
-if [ -x build-gpu/bench/gpu/dcpmla_mma_bench ]; then
-  log "Tensor-core streams of the decode tile (S, P.V, beside bulk copies)"
-  timeout "$(cap 60)" build-gpu/bench/gpu/dcpmla_mma_bench --out "$OUT/mma_bench.json" \
-    --commit "${DCPMLA_COMMIT:-unknown}" --date "$(date -u +%Y-%m-%dT%H:%M:%SZ)" 2>&1 |
-    tee "$OUT/mma_bench.txt" | tail -20
-  [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "FAIL: mma benchmark"; }
-fi
+    tee "$OUT/$name.txt" | tail -20
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "FAIL: $name"; }
+}
+micro_bench load_bench 90 "KV tile load paths (cp.async as the decode kernel loads, TMA)"
+micro_bench mma_bench 60 "Tensor-core streams of the decode tile (S, P.V, beside bulk copies)"
 
 # --- demo ---------------------------------------------------------------------------------
 if build-gpu/tools/dcpmla demo --help 2>&1 | grep -q -- "--backend"; then

@@ -11,6 +11,12 @@ void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
+DeviceInfo device_info() {
+  cudaDeviceProp prop{};
+  check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  return {prop.name, prop.multiProcessorCount};
+}
+
 CUtensorMap make_cache_tensor_map(void* cache, std::int64_t rows) {
   PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
   cudaDriverEntryPointQueryResult q{};

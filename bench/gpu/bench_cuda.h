@@ -6,8 +6,19 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 namespace dcpmla::bench {
+
+// Pages of 64 tokens of a latent cache far beyond L2 (604 MB): the micro-benchmarks' HBM source.
+constexpr std::int64_t kHbmPages = 8192;
+
+// Device 0's name and SM count (the micro-benchmarks run one block per SM).
+struct DeviceInfo {
+  std::string name;
+  int sms;
+};
+DeviceInfo device_info();
 
 // Throws std::runtime_error naming `what` when e is not cudaSuccess.
 void check_cuda(cudaError_t e, const char* what);

@@ -176,23 +176,21 @@ LoadResult run(const Params& p, const CUtensorMap& map, int blocks, const char* 
 }  // namespace
 
 LoadReport measure_load_paths(int tiles) {
-  cudaDeviceProp prop{};
-  check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  const int blocks = prop.multiProcessorCount;
-  const std::int64_t hbm_pages = 8192;  // 604 MB, far beyond L2
-  const BenchCache cache(hbm_pages);
+  const DeviceInfo dev = device_info();
+  const int blocks = dev.sms;
+  const BenchCache cache(kHbmPages);
   const CUtensorMap& map = cache.map();
   unsigned* sink = nullptr;
   check_cuda(cudaMalloc(&sink, sizeof(unsigned)), "cudaMalloc");
 
-  LoadReport report{prop.name, blocks, tiles, kTileBytes, {}};
+  LoadReport report{dev.name, blocks, tiles, kTileBytes, {}};
   const struct {
     Source source;
     const char* name;
     std::int64_t pages;
-  } sources[] = {{Source::hbm, "hbm", hbm_pages},
+  } sources[] = {{Source::hbm, "hbm", kHbmPages},
                  {Source::l2, "l2 (16 MB region)", 224},
-                 {Source::shared16, "16 blocks per page", hbm_pages}};
+                 {Source::shared16, "16 blocks per page", kHbmPages}};
   auto& r = report.results;
   for (const auto& src : sources) {
     const Params p{cache.data(), src.pages, tiles, src.source, sink};

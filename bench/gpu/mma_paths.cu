@@ -262,11 +262,11 @@ std::pair<MmaScenario, Kernel> scenario(const char* name, CopySource copy) {
   return {MmaScenario{name, {R0, R1, R2}, copy}, mma_kernel<R0, R1, R2>};
 }
 
-MmaResult run(const MmaScenario& sc, Kernel kernel, const CUtensorMap& map, std::int64_t hbm_pages,
-              int blocks, int tiles, long long* timing, float* sink) {
+MmaResult run(const MmaScenario& sc, Kernel kernel, const CUtensorMap& map, int blocks, int tiles,
+              long long* timing, float* sink) {
   Params p{{sc.roles[0], sc.roles[1], sc.roles[2]},
            sc.copy,
-           sc.copy == CopySource::l2 ? 224 : hbm_pages,
+           sc.copy == CopySource::l2 ? 224 : kHbmPages,
            tiles,
            timing,
            sink};
@@ -323,11 +323,9 @@ MmaResult run(const MmaScenario& sc, Kernel kernel, const CUtensorMap& map, std:
 }  // namespace
 
 MmaReport measure_mma_paths(int tiles) {
-  cudaDeviceProp prop{};
-  check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  const int blocks = prop.multiProcessorCount;
-  const std::int64_t hbm_pages = 8192;  // 604 MB, far beyond L2
-  const BenchCache cache(hbm_pages);
+  const DeviceInfo dev = device_info();
+  const int blocks = dev.sms;
+  const BenchCache cache(kHbmPages);
   const CUtensorMap& map = cache.map();
   long long* timing = nullptr;
   float* sink = nullptr;
@@ -351,9 +349,9 @@ MmaReport measure_mma_paths(int tiles) {
       scenario<R::none, R::none, R::none>("copies alone (L2)", C::l2),
       scenario<R::none, R::none, R::none>("copies alone (HBM)", C::hbm),
   };
-  MmaReport report{prop.name, blocks, tiles, {}};
+  MmaReport report{dev.name, blocks, tiles, {}};
   for (const auto& [sc, kernel] : scenarios) {
-    report.results.push_back(run(sc, kernel, map, hbm_pages, blocks, tiles, timing, sink));
+    report.results.push_back(run(sc, kernel, map, blocks, tiles, timing, sink));
   }
   cudaFree(timing);
   cudaFree(sink);
