@@ -75,7 +75,7 @@ struct SplitMergeParams {
 };
 
 // split_merge.cu: grid for merging up to `capacity` merge rows; max_splits (the most splits of a
-// request in the plan) picks the kernel's thread groups (any plan is merged right by either).
+// request in the plan) picks the kernel (any plan is merged right by each).
 void launch_split_merge(const SplitMergeParams& p, std::int64_t capacity, int max_splits,
                         cudaStream_t s);
 

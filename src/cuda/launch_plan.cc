@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "dcpmla/error.h"
 
@@ -29,30 +30,42 @@ PlanLimits gpu_plan_limits(const Batch& batch, const Sharding& sharding, int num
     longest = std::max(longest, kv_blocks[b]);
   }
   const std::int64_t min_chunk = (256 + block_size - 1) / block_size;
-  // Estimated time of a chunk size: waves of thread blocks x (the longest block's tokens + a fixed
-  // cost of about two 64-token tiles: its query rows, its output and the merge).
+  // Estimated time of a chunk size, in tokens of one thread block's walk (a 64-token tile takes
+  // about 2 us whether its MMAs or its loads bound it): waves of thread blocks x (the longest
+  // block's tokens + a fixed cost of about two tiles: its query rows and its output), plus what
+  // splitting costs beyond that: each split (row, head) pair writes 2 KiB of fp32 partial O and
+  // the merge reads it back, ~1.2 ns a pair and split at ~3.5 TB/s, ~0.037 tokens. Without that
+  // term the ragged L 4K H 128 mix was cut in 2: 642 us of decode + 215 of merge against 678 us
+  // unsplit (ncu, 2026-12-01).
+  constexpr double kTokensPerSplitPair = 0.037;
   auto cost = [&](std::int64_t chunk) {
     std::int64_t thread_blocks = 0;
+    double split_pairs = 0;
     for (int b = 0; b < B; ++b) {
-      thread_blocks += blocks[b] * std::max<std::int64_t>(1, (kv_blocks[b] + chunk - 1) / chunk);
+      const std::int64_t splits = std::max<std::int64_t>(1, (kv_blocks[b] + chunk - 1) / chunk);
+      thread_blocks += blocks[b] * splits;
+      if (splits > 1) split_pairs += double(splits) * batch.q_len(b) * num_heads;
     }
     const std::int64_t waves = (thread_blocks + sm_count - 1) / sm_count;
-    return double(waves) * double(std::min(chunk, longest) * block_size + 128);
+    return double(waves) * double(std::min(chunk, longest) * block_size + 128) +
+           kTokensPerSplitPair * split_pairs;
   };
   PlanLimits lim;  // no split
   if (B == 0 || longest <= min_chunk) return lim;
-  std::int64_t best = longest;
-  double best_cost = cost(longest);
+  // The fewest splits whose cost is within 2 % of the best: split only for a clear gain.
+  std::vector<std::pair<std::int64_t, double>> options{{longest, cost(longest)}};
+  double best_cost = options.front().second;
   for (std::int64_t splits = 2; splits <= 2 * sm_count; ++splits) {
     const std::int64_t chunk = std::max(min_chunk, (longest + splits - 1) / splits);
-    const double c = cost(chunk);
-    if (c < best_cost * 0.98) {  // split only for a clear gain
-      best = chunk;
-      best_cost = c;
+    if (chunk < options.back().first) {
+      options.emplace_back(chunk, cost(chunk));
+      best_cost = std::min(best_cost, options.back().second);
     }
     if (chunk == min_chunk) break;
   }
-  if (best < longest) lim.kv_chunk_blocks = int(best);
+  const auto chosen = std::find_if(options.begin(), options.end(),
+                                   [&](const auto& o) { return o.second <= best_cost * 1.02; });
+  if (chosen->first < longest) lim.kv_chunk_blocks = int(chosen->first);
   return lim;
 }
 

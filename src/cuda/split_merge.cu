@@ -2,15 +2,19 @@
 // merge algebra's rules (dcpmla/merge.h): an empty partial (LSE -inf) has weight 0 and its payload
 // is never read; a row whose partials are all empty gets O = 0 and LSE = -inf.
 //
-// One block per (merge row, head): the split LSEs are reduced in parallel (max, then the sum of
-// exp(lse - max)); then each of Groups thread groups sums 4 output dims a thread over every
-// Groups-th split, kBatch of its splits' rows loaded together, with the weights of up to
-// kWeights splits at a time staged in shared memory, and the groups' sums are added in a fixed
-// order (the same bits every run for a given Groups). A request split 64 ways over 4 groups is
-// thus read in two rounds of memory latency. Groups is 4 when the plan has a request split 32 ways
-// or more, else 2 (more blocks resident for the many small merges of batched shapes): (1, 65536,
-// 128, 1), 64 splits, merged in 10.7 us against 13.9 with 2 groups and one load per split in
-// flight; (32, 32768, 64, 1), 4 splits, 5 % slower with 4 groups (2026-12-01).
+// Two kernels; each merges any plan right, the launch picks by the plan's largest split count.
+// - Few splits (the batched shapes, 2-15 splits a request): one warp per (merge row, head) item.
+//   Lane r holds split r's LSE (the reductions are shuffles, no block barrier) and each lane sums
+//   16 of the 512 output dims over the splits in order, kWarpBatch splits' rows loaded together.
+//   Before it, a 256-thread block per item with seven block barriers per item merged the ragged
+//   L 4K H 128 mix's 2 splits of 36480 items in 215 us (ncu, 2026-12-01), ~4x its bytes' time.
+// - Many splits ((1, 65536, 128, 1): 64 splits of 128 items): one block per item, the split LSEs
+//   reduced in parallel (max, then the sum of exp(lse - max)), then each of Groups thread groups
+//   sums 4 output dims a thread over every Groups-th split, kBatch of its splits' rows loaded
+//   together, with the weights of up to kWeights splits at a time staged in shared memory, and
+//   the groups' sums are added in a fixed order (the same bits every run for a given Groups). A
+//   request split 64 ways over 4 groups is thus read in two rounds of memory latency: 10.7 us
+//   against 13.9 with 2 groups and one load per split in flight (2026-12-01).
 //
 // Launched with programmatic dependent launch after the decode (launch_dependent): the blocks
 // start as the decode's blocks exit, read the plan, and wait for the decode's partials.
@@ -30,6 +34,9 @@ constexpr int kDimThreads = kLatentDim / 4;  // 4 dims per thread
 constexpr int kBatch = 8;                    // rows a thread loads at once
 constexpr int kWeights = 256;
 constexpr int kManySplits = 32;  // from this many splits of a request on: 4 groups
+constexpr int kWarpSplits = 16;  // below this many splits of every request: a warp per item
+constexpr int kWarpBatch = 4;    // splits a lane loads at once (16 float4 in flight)
+constexpr int kWarpItemsPerBlock = 8;
 constexpr unsigned kMaxMergeThreads = 256u * 2048u;  // a full device of 256 SMs
 
 template <int Threads>
@@ -133,6 +140,81 @@ __global__ void __launch_bounds__(Groups* kDimThreads)
   }
 }
 
+// A warp per (merge row, head) item; lane l sums dims 4 l + 128 k (k = 0..3) over the splits in
+// split order, so the bits depend only on the item's partials.
+__global__ void __launch_bounds__(32 * kWarpItemsPerBlock)
+    split_merge_warp_kernel(const SplitMergeParams p) {
+  const std::int64_t items = p.header->num_merge_rows * p.num_heads;
+  const int lane = int(threadIdx.x) & 31;
+  const std::int64_t warps = std::int64_t(gridDim.x) * kWarpItemsPerBlock;
+  std::int64_t item = std::int64_t(blockIdx.x) * kWarpItemsPerBlock + int(threadIdx.x) / 32;
+  MergeRow m{};
+  if (item < items) m = p.rows[item / p.num_heads];
+  wait_for_previous_grid();
+  for (; item < items; item += warps) {
+    if (item >= warps) m = p.rows[item / p.num_heads];
+    const int h = int(item % p.num_heads);
+    const std::int64_t first = std::int64_t(m.first_partial_row) * p.num_heads + h;
+    const std::int64_t stride = std::int64_t(m.split_stride_rows) * p.num_heads;
+    const float* lse = p.partial_lse + first;
+
+    float mx = -INFINITY;
+    for (int r = lane; r < m.num_splits; r += 32)
+      mx = fmaxf(mx, merge::sanitize_lse(lse[r * stride]));
+    for (int off = 16; off >= 1; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    float sum = 0.0f;
+    if (mx != -INFINITY) {
+      for (int r = lane; r < m.num_splits; r += 32)
+        sum += expf(merge::sanitize_lse(lse[r * stride]) - mx);
+    }
+    for (int off = 16; off >= 1; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    const float merged = sum > 0.0f ? mx + logf(sum) : -INFINITY;
+
+    float acc[16];
+#pragma unroll
+    for (int k = 0; k < 16; ++k) acc[k] = 0.0f;
+    const float* o = p.partial_out + first * kLatentDim + 4 * lane;
+    for (int r0 = 0; r0 < m.num_splits; r0 += 32) {
+      // Lane j holds the weight of split r0 + j.
+      const float w_lane =
+          r0 + lane < m.num_splits ? merge::weight(lse[(r0 + lane) * stride], merged) : 0.0f;
+      const int n = min(32, m.num_splits - r0);
+      for (int rb = 0; rb < n; rb += kWarpBatch) {
+        float4 v[kWarpBatch][4];
+#pragma unroll
+        for (int b = 0; b < kWarpBatch; ++b) {
+          const float* row = o + std::int64_t(r0 + rb + b) * stride * kLatentDim;
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            v[b][k] = rb + b < n ? *reinterpret_cast<const float4*>(row + 128 * k)
+                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          }
+        }
+#pragma unroll
+        for (int b = 0; b < kWarpBatch; ++b) {
+          const float w = __shfl_sync(0xffffffffu, w_lane, (rb + b) & 31);
+          if (rb + b >= n || w == 0.0f) continue;  // an empty partial's payload is never used
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            acc[4 * k + 0] = fmaf(w, v[b][k].x, acc[4 * k + 0]);
+            acc[4 * k + 1] = fmaf(w, v[b][k].y, acc[4 * k + 1]);
+            acc[4 * k + 2] = fmaf(w, v[b][k].z, acc[4 * k + 2]);
+            acc[4 * k + 3] = fmaf(w, v[b][k].w, acc[4 * k + 3]);
+          }
+        }
+      }
+    }
+    const std::int64_t out_item = std::int64_t(m.out_row) * p.num_heads + h;
+    const std::int64_t row_at = output_offset(p.final_rows, out_item, p.num_heads);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      store_output4(p.final_rows, row_at + 4 * lane + 128 * k, acc[4 * k], acc[4 * k + 1],
+                    acc[4 * k + 2], acc[4 * k + 3]);
+    }
+    if (lane == 0) *output_lse(p.final_rows, out_item, row_at) = merged;
+  }
+}
+
 template <int Groups>
 void launch_merge(const SplitMergeParams& p, std::int64_t items, cudaStream_t s) {
   constexpr int kThreads = Groups * kDimThreads;
@@ -149,7 +231,13 @@ void launch_split_merge(const SplitMergeParams& p, std::int64_t capacity, int ma
                         cudaStream_t s) {
   const std::int64_t items = capacity * p.num_heads;
   if (items == 0) return;
-  if (max_splits >= kManySplits) {
+  if (max_splits < kWarpSplits) {
+    const unsigned blocks = unsigned((items + kWarpItemsPerBlock - 1) / kWarpItemsPerBlock);
+    launch_dependent(split_merge_warp_kernel,
+                     dim3(std::min(blocks, kMaxMergeThreads / (32u * kWarpItemsPerBlock))),
+                     32 * kWarpItemsPerBlock, 0, s, "split_merge_warp_kernel (cudaLaunchKernelEx)",
+                     p);
+  } else if (max_splits >= kManySplits) {
     launch_merge<4>(p, items, s);
   } else {
     launch_merge<2>(p, items, s);
