@@ -8,13 +8,14 @@
 //   16 of the 512 output dims over the splits in order, kWarpBatch splits' rows loaded together.
 //   Before it, a 256-thread block per item with seven block barriers per item merged the ragged
 //   L 4K H 128 mix's 2 splits of 36480 items in 215 us (ncu, 2026-12-01), ~4x its bytes' time.
-// - Many splits ((1, 65536, 128, 1): 64 splits of 128 items): one block per item, the split LSEs
-//   reduced in parallel (max, then the sum of exp(lse - max)), then each of Groups thread groups
-//   sums 4 output dims a thread over every Groups-th split, kBatch of its splits' rows loaded
-//   together, with the weights of up to kWeights splits at a time staged in shared memory, and
-//   the groups' sums are added in a fixed order (the same bits every run for a given Groups). A
-//   request split 64 ways over 4 groups is thus read in two rounds of memory latency: 10.7 us
-//   against 13.9 with 2 groups and one load per split in flight (2026-12-01).
+// - Many splits ((1, 65536, 128, 1): 64 splits of 128 items): Parts (4) blocks per item, each
+//   for 128 of its dims, so the few items' many rows are read by 4x as many SMs. A block reduces
+//   the split LSEs in parallel (max, then the sum of exp(lse - max)), then each of Groups (8)
+//   thread groups sums 4 dims a thread over every Groups-th split, kBatch of its splits' rows
+//   loaded together (64 splits: one round of memory latency), with the weights of up to kWeights
+//   splits at a time staged in shared memory, and the groups' sums are added in a fixed order
+//   (the same bits every run). Before it, a block per item over all 512 dims in 4 groups merged
+//   (1, 65536, 128, 1) in 10.7 us (2026-12-01).
 //
 // Launched with programmatic dependent launch after the decode (launch_dependent): the blocks
 // start as the decode's blocks exit, read the plan, and wait for the decode's partials.
@@ -33,7 +34,6 @@ namespace {
 constexpr int kDimThreads = kLatentDim / 4;  // 4 dims per thread
 constexpr int kBatch = 8;                    // rows a thread loads at once
 constexpr int kWeights = 256;
-constexpr int kManySplits = 32;  // from this many splits of a request on: 4 groups
 constexpr int kWarpSplits = 16;  // below this many splits of every request: a warp per item
 constexpr int kWarpBatch = 4;    // splits a lane loads at once (16 float4 in flight)
 constexpr int kWarpItemsPerBlock = 8;
@@ -54,22 +54,26 @@ __device__ float block_reduce(float v, bool is_max, float* scratch) {
   return v;
 }
 
-template <int Groups>
-__global__ void __launch_bounds__(Groups* kDimThreads)
+// Parts: the blocks that share an item's 512 dims (more SMs read a few items' many splits).
+template <int Groups, int Parts>
+__global__ void __launch_bounds__(Groups* kDimThreads / Parts)
     split_merge_kernel(const SplitMergeParams p) {
-  constexpr int kThreads = Groups * kDimThreads;
+  constexpr int kPartThreads = kDimThreads / Parts;  // a group's threads, 4 dims each
+  constexpr int kThreads = Groups * kPartThreads;
   __shared__ float weights[kWeights];
   __shared__ float scratch[kThreads / 32];
-  __shared__ __align__(16) float sums[Groups - 1][kLatentDim];  // groups 1.. -> group 0
+  __shared__ __align__(16) float sums[Groups - 1][4 * kPartThreads];  // groups 1.. -> group 0
   // Launched dependent on the decode (launch_dependent): the plan (header, merge rows) was
   // uploaded before the decode and is read before the wait, the decode's partials and every
   // store only after it. Every thread waits, items or not.
-  const std::int64_t items = p.header->num_merge_rows * p.num_heads;
+  const std::int64_t units = p.header->num_merge_rows * p.num_heads * Parts;
   MergeRow first_row{};
-  if (std::int64_t(blockIdx.x) < items) first_row = p.rows[blockIdx.x / p.num_heads];
+  if (std::int64_t(blockIdx.x) < units) first_row = p.rows[blockIdx.x / Parts / p.num_heads];
   wait_for_previous_grid();
-  for (std::int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const MergeRow m = item == std::int64_t(blockIdx.x) ? first_row : p.rows[item / p.num_heads];
+  for (std::int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
+    const std::int64_t item = unit / Parts;
+    const int part = int(unit % Parts);
+    const MergeRow m = unit == std::int64_t(blockIdx.x) ? first_row : p.rows[item / p.num_heads];
     const int h = int(item % p.num_heads);
     const std::int64_t first = std::int64_t(m.first_partial_row) * p.num_heads + h;
     const std::int64_t stride = std::int64_t(m.split_stride_rows) * p.num_heads;
@@ -88,8 +92,9 @@ __global__ void __launch_bounds__(Groups* kDimThreads)
     sum = block_reduce<kThreads>(sum, false, scratch);
     const float merged = sum > 0.0f ? mx + logf(sum) : -INFINITY;
 
-    const int group = int(threadIdx.x) / kDimThreads;
-    const int d0 = 4 * (int(threadIdx.x) % kDimThreads);
+    const int group = int(threadIdx.x) / kPartThreads;
+    const int d = 4 * (int(threadIdx.x) % kPartThreads);  // within the part
+    const int d0 = part * 4 * kPartThreads + d;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const float* o = p.partial_out + first * kLatentDim + d0;
     for (int r0 = 0; r0 < m.num_splits; r0 += kWeights) {
@@ -123,20 +128,19 @@ __global__ void __launch_bounds__(Groups* kDimThreads)
     // Group g > 0 hands its sums to group 0, which adds them in group order (group 0 read the
     // previous item's sums before this item's reductions synchronised the block).
     if (group > 0) {
-      *reinterpret_cast<float4*>(&sums[group - 1][d0]) =
-          make_float4(acc[0], acc[1], acc[2], acc[3]);
+      *reinterpret_cast<float4*>(&sums[group - 1][d]) = make_float4(acc[0], acc[1], acc[2], acc[3]);
     }
     __syncthreads();
     if (group > 0) continue;
 #pragma unroll
     for (int g = 1; g < Groups; ++g) {
-      const float4 v = *reinterpret_cast<const float4*>(&sums[g - 1][d0]);
+      const float4 v = *reinterpret_cast<const float4*>(&sums[g - 1][d]);
       acc[0] += v.x, acc[1] += v.y, acc[2] += v.z, acc[3] += v.w;
     }
     const std::int64_t out_item = std::int64_t(m.out_row) * p.num_heads + h;
     const std::int64_t row_at = output_offset(p.final_rows, out_item, p.num_heads);
     store_output4(p.final_rows, row_at + d0, acc[0], acc[1], acc[2], acc[3]);
-    if (threadIdx.x == 0) *output_lse(p.final_rows, out_item, row_at) = merged;
+    if (threadIdx.x == 0 && part == 0) *output_lse(p.final_rows, out_item, row_at) = merged;
   }
 }
 
@@ -215,14 +219,14 @@ __global__ void __launch_bounds__(32 * kWarpItemsPerBlock)
   }
 }
 
-template <int Groups>
+template <int Groups, int Parts>
 void launch_merge(const SplitMergeParams& p, std::int64_t items, cudaStream_t s) {
-  constexpr int kThreads = Groups * kDimThreads;
+  constexpr int kThreads = Groups * kDimThreads / Parts;
   // The blocks stride over the items, so a full device of them is enough; under a CUDA graph
   // the launch covers the capacity, and a block per item would make most of them empty.
-  launch_dependent(split_merge_kernel<Groups>,
-                   dim3(std::min(grid_blocks(items, 1), kMaxMergeThreads / kThreads)), kThreads, 0,
-                   s, "split_merge_kernel (cudaLaunchKernelEx)", p);
+  launch_dependent(split_merge_kernel<Groups, Parts>,
+                   dim3(std::min(grid_blocks(items * Parts, 1), kMaxMergeThreads / kThreads)),
+                   kThreads, 0, s, "split_merge_kernel (cudaLaunchKernelEx)", p);
 }
 
 }  // namespace
@@ -237,10 +241,8 @@ void launch_split_merge(const SplitMergeParams& p, std::int64_t capacity, int ma
                      dim3(std::min(blocks, kMaxMergeThreads / (32u * kWarpItemsPerBlock))),
                      32 * kWarpItemsPerBlock, 0, s, "split_merge_warp_kernel (cudaLaunchKernelEx)",
                      p);
-  } else if (max_splits >= kManySplits) {
-    launch_merge<4>(p, items, s);
   } else {
-    launch_merge<2>(p, items, s);
+    launch_merge<8, 4>(p, items, s);
   }
 }
 
