@@ -74,9 +74,14 @@ __device__ __forceinline__ std::uint32_t widen_fp8x2(std::uint32_t two) {
 // rescale sat on the chain between P and P.V: early tiles of random data ran 2.66 -> 2.30 us,
 // phase stamps, 2026-12-01). The first finite max is always taken; the wide and narrow tiles
 // share it, so both forms keep the same bits.
+// DCPMLA_RESCALE_SLACK (8 by default; 0 rescales at every rise, as before session 10) is a build
+// option for A/B measurements; P stays <= 2^slack.
+#ifndef DCPMLA_RESCALE_SLACK
+#define DCPMLA_RESCALE_SLACK 8.0f
+#endif
 __device__ __forceinline__ float running_max(float m, float tile_max) {
   const float raised = fmaxf(m, tile_max);
-  return raised > m + 8.0f ? raised : m;
+  return raised > m + (DCPMLA_RESCALE_SLACK) ? raised : m;
 }
 // 2^x (MUFU, about 2 ulp; 2^-inf = 0; denormal results flush to 0).
 __device__ __forceinline__ float fast_exp2(float x) {
