@@ -16,11 +16,12 @@ namespace dcpmla::cuda {
 namespace tc {
 
 constexpr int kPairs = 64;  // == kTilePairs
-constexpr int kKeys = 64;   // tokens per KV tile
+constexpr int kKeys = 64;   // tokens per KV tile, == kTileKeys
 constexpr int kChunks = kHeadDim / 64;
 constexpr std::uint32_t kChunkBytes = 64u * 128u;  // 64 rows of 64 bf16
 constexpr std::uint32_t kTileBytes = kChunks * kChunkBytes;
-static_assert(kPairs == kTilePairs && kHeadDim % 64 == 0 && kLatentDim == 512);
+static_assert(kPairs == kTilePairs && kKeys == kTileKeys && kHeadDim % 64 == 0 &&
+              kLatentDim == 512);
 
 enum class Cache { bf16, fp8 };
 

@@ -12,6 +12,8 @@ namespace dcpmla::cuda {
 
 // (row, head) pairs one decode thread block computes.
 inline constexpr int kTilePairs = 64;
+// KV tokens a decode thread block walks at a time (the kernels' kKeys).
+inline constexpr int kTileKeys = 64;
 
 // One decode thread block: pairs [pair_begin, pair_begin + num_pairs) of one work item, where the
 // work item's pairs are its Q rows x H heads in row-major order (pair = j * H + h).
@@ -38,7 +40,7 @@ struct MergeRow {
 static_assert(sizeof(MergeRow) == 16);
 
 struct LaunchPlan {
-  std::vector<DecodeTile> tiles;  // longest visible KV first
+  std::vector<DecodeTile> tiles;  // by work item, the longest KV walk first
   std::vector<MergeRow> merge_rows;
   std::int64_t padding_begin = 0;  // padding rows [padding_begin, padding_end): O = 0, LSE = -inf
   std::int64_t padding_end = 0;

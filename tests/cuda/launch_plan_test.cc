@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -57,10 +58,24 @@ void check_launch_plan(const Plan& plan, const LaunchPlan& lp, int tile_pairs) {
     ASSERT_EQ(int(pairs.size()), w.num_rows * H) << "request " << w.request;
     for (int p = 0; p < int(pairs.size()); ++p) ASSERT_EQ(pairs[p], p);
   }
-  for (std::size_t i = 1; i < lp.tiles.size(); ++i) {
-    ASSERT_GE(lp.tiles[i - 1].kv_visible_end - lp.tiles[i - 1].kv_begin,
-              lp.tiles[i].kv_visible_end - lp.tiles[i].kv_begin)
-        << "tiles are not longest first";
+  // A work item's tiles are adjacent, and items come longest KV walk (64-token tiles) first.
+  std::set<std::tuple<int, int, int>> done;
+  std::int64_t last_walk = std::numeric_limits<std::int64_t>::max();
+  for (std::size_t i = 0; i < lp.tiles.size();) {
+    const DecodeTile& first = lp.tiles[i];
+    const std::tuple<int, int, int> key{first.request, first.kv_begin, first.partial_row};
+    ASSERT_TRUE(done.insert(key).second) << "the tiles of request " << first.request << " at KV "
+                                         << first.kv_begin << " are not adjacent";
+    std::int64_t walk = 0;
+    for (; i < lp.tiles.size() && lp.tiles[i].request == first.request &&
+           lp.tiles[i].kv_begin == first.kv_begin && lp.tiles[i].partial_row == first.partial_row;
+         ++i) {
+      const DecodeTile& t = lp.tiles[i];
+      walk = std::max<std::int64_t>(
+          walk, (t.kv_visible_end - t.kv_begin + cuda::kTileKeys - 1) / cuda::kTileKeys);
+    }
+    ASSERT_LE(walk, last_walk) << "work items are not longest first";
+    last_walk = walk;
   }
   std::size_t merge_rows = 0;
   for (const SplitMerge& m : plan.merges) {
@@ -149,6 +164,32 @@ TEST(CudaLaunchPlan, SpecRaggedBatchTiles) {
   EXPECT_EQ(tiles[2].row_begin, 8);
   EXPECT_EQ(tiles[2].num_pairs, 32);
   EXPECT_EQ(tiles[2].kv_visible_end, 20);  // local_len(1, 40) on W = 2
+  check_launch_plan(plan, lp, kTilePairs);
+}
+
+// The benchmark's (64, 4096, 128, 8): the 8 causal rows of a request see 4089..4096 tokens, one
+// walk of 64 tiles, so each request's 16 thread blocks stay together and the requests keep their
+// order; sorting by the exact visible KV would put each row's blocks in a different wave.
+TEST(CudaLaunchPlan, CausalRowsOfOneRequestRunTogether) {
+  const int B = 64, Q = 8, T = 4096, H = 128;
+  Batch batch;
+  batch.query_start_loc.push_back(0);
+  for (int b = 0; b < B; ++b) {
+    batch.query_start_loc.push_back(batch.query_start_loc.back() + Q);
+    batch.total_len.push_back(T);
+  }
+  batch.max_blocks = T / 64;
+  batch.block_table.assign(std::size_t(B) * batch.max_blocks, 0);
+  const Plan plan = make_plan(batch, {{1, 0, 1}, H, 64, 1, {}});
+  const LaunchPlan lp = build_launch_plan(plan);
+  const int per_request = Q * H / kTilePairs;
+  ASSERT_EQ(int(lp.tiles.size()), B * per_request);
+  for (int i = 0; i < int(lp.tiles.size()); ++i) {
+    EXPECT_EQ(lp.tiles[i].request, i / per_request) << "tile " << i;
+    EXPECT_EQ(lp.tiles[i].pair_begin, (i % per_request) * kTilePairs) << "tile " << i;
+  }
+  EXPECT_EQ(lp.tiles[0].kv_visible_end, T - Q + 1);
+  EXPECT_EQ(lp.tiles[per_request - 1].kv_visible_end, T);
   check_launch_plan(plan, lp, kTilePairs);
 }
 
