@@ -6,6 +6,8 @@
 // (no hand-offs, so what is left is the tensor cores' and shared memory's own sharing):
 //   S      36 wgmma m64n64k16 over the 576 dims of a 64-key tile: A = Q (shared memory, or one
 //          register fragment reused: the "Q in registers" bound), B = K of the stage.
+//   S in halves  the same as two m64n32 groups (keys 0-31, then 32-63), the first waited for
+//          while the second runs (decode_split_scores.cuh): Q is read twice.
 //   P.V    4 wgmma m64n256k16 over the tile's 64 keys: A = P (shared memory), B = 256 dims of
 //          V (transposed operand of the same stage).
 // The copies: 72 KiB tiles (9 bulk tensor boxes) into the two stages, 2 in flight, issued by the
@@ -125,6 +127,36 @@ __device__ __forceinline__ void run_scores(const Params& p, std::uint32_t base) 
   keep(s, p.sink);
 }
 
+__device__ __forceinline__ void run_scores_in_halves(const Params& p, std::uint32_t base) {
+  float a[16], b[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) a[i] = b[i] = 0.0f;
+  const std::uint64_t desc_q = hopper::smem_descriptor(base + kOffQ, 16, 1024);
+  for (int t = 0; t < p.tiles; ++t) {
+    const std::uint64_t desc_k =
+        hopper::smem_descriptor(base + kOffKv + std::uint32_t(t & 1) * kTileBytes, 16, 1024);
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < 36; ++ks) {
+      const std::uint32_t off = ((ks >> 2) * kChunkBytes + (ks & 3) * 32) >> 4;
+      hopper::wgmma_m64n32k16_ss(a, desc_q + off, desc_k + off, ks > 0);
+    }
+    hopper::wgmma_commit();
+#pragma unroll
+    for (int ks = 0; ks < 36; ++ks) {
+      const std::uint32_t off = ((ks >> 2) * kChunkBytes + (ks & 3) * 32) >> 4;
+      hopper::wgmma_m64n32k16_ss(b, desc_q + off, desc_k + (32u * 128u >> 4) + off, ks > 0);
+    }
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<1>();
+    hopper::pin_registers(a);
+    hopper::wgmma_wait<0>();
+    hopper::pin_registers(b);
+  }
+  keep(a, p.sink);
+  keep(b, p.sink);
+}
+
 // copies: this warpgroup's first thread issues a tile's copies after each P.V tile. (P from
 // registers is not measured: ptxas serialises the m64n256 register-A wgmmas of this loop for want
 // of registers at the 168 a thread of a 384-thread block.)
@@ -220,6 +252,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr MmaRole kRole = decltype(role_constant)::value;
     if constexpr (kRole == MmaRole::s_ss || kRole == MmaRole::s_rs) {
       run_scores<kRole == MmaRole::s_rs>(p, base);
+    } else if constexpr (kRole == MmaRole::s_halves) {
+      run_scores_in_halves(p, base);
     } else if constexpr (kRole == MmaRole::pv_ss) {
       run_output(p, map, base, wg == 2, copies_per_tile);
     }
@@ -247,6 +281,7 @@ double flops_of(MmaRole r) {
   switch (r) {
     case MmaRole::s_ss:
     case MmaRole::s_rs:
+    case MmaRole::s_halves:
       return kSFlops;
     case MmaRole::pv_ss:
       return kPvFlops;
@@ -341,6 +376,8 @@ MmaReport measure_mma_paths(int tiles) {
       scenario<R::none, R::pv_ss, R::pv_ss>("P.V x2 alone", C::none),
       scenario<R::s_ss, R::pv_ss, R::pv_ss>("S + P.V x2 (v3 mix)", C::none),
       scenario<R::s_rs, R::pv_ss, R::pv_ss>("S (Q in registers) + P.V x2", C::none),
+      scenario<R::s_halves, R::none, R::none>("S in halves alone", C::none),
+      scenario<R::s_halves, R::pv_ss, R::pv_ss>("S in halves + P.V x2", C::none),
       scenario<R::s_ss, R::none, R::none>("S + copies (L2)", C::l2),
       scenario<R::none, R::pv_ss, R::pv_ss>("P.V x2 + copies (L2)", C::l2),
       scenario<R::s_ss, R::pv_ss, R::pv_ss>("v3 mix + copies (L2)", C::l2),

@@ -10,7 +10,7 @@
 namespace dcpmla::bench {
 
 // What one warpgroup of the measuring block runs, tile after tile, free-running.
-enum class MmaRole { none, s_ss, s_rs, pv_ss };
+enum class MmaRole { none, s_ss, s_rs, s_halves, pv_ss };
 // The copy warp's source: none, a 16 MB region (L2-resident) or pages far beyond L2 (HBM).
 enum class CopySource { none, l2, hbm };
 
