@@ -302,6 +302,12 @@ int main(int argc, char** argv) {
   app.add_option("--kv-chunk-blocks", kv_chunk_blocks,
                  "KV blocks per work item instead of the planner's split (experiments)")
       ->check(CLI::NonNegativeNumber);
+  std::vector<int> custom;
+  app.add_option("--shape", custom,
+                 "run only this uniform shape B,L,H,Q (bf16, W = 1; group 'custom'), experiments")
+      ->expected(4)
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 30));
   app.add_option("--commit", commit, "commit recorded with the results");
   app.add_option("--date", date, "date recorded with the results");
   CLI11_PARSE(app, argc, argv);
@@ -344,7 +350,13 @@ int main(int argc, char** argv) {
         "group", "B", "L", "H", "rows", "form", "W", "med_us", "min_us", "graph_us", "TB/s",
         "%copy", "TF", "%gemm", "FlashMLA");
     int passed = -1;
-    for (const Shape& sh : shapes()) {
+    std::vector<Shape> list = shapes();
+    if (!custom.empty()) {
+      const int B = custom[0], H = custom[2], Q = custom[3];
+      list = {
+          {"custom", B, custom[1], H, std::vector<int>(std::size_t(B), Q), Form::native, 1, 0, ""}};
+    }
+    for (const Shape& sh : list) {
       if (!filter.empty() && sh.group.find(filter) == std::string::npos) continue;
       if (++passed != index && index >= 0) continue;
       std::int64_t num_blocks = 0;
