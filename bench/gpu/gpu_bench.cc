@@ -256,8 +256,10 @@ struct Problem {
 };
 
 // kv_chunk_blocks > 0 overrides the planner's split (KV blocks per work item), for experiments.
+// ordered_blocks: each request's pages in order in the cache (FlashMLA's own benchmark lays its
+// block table out so) instead of a random permutation.
 Problem make_problem(const Shape& sh, std::int64_t num_blocks_out[1], int block_size, int sms,
-                     std::mt19937_64& rng, int kv_chunk_blocks) {
+                     std::mt19937_64& rng, int kv_chunk_blocks, bool ordered_blocks) {
   const Sharding sharding{sh.world, 0, 1};
   Batch batch;
   batch.query_start_loc.push_back(0);
@@ -273,7 +275,7 @@ Problem make_problem(const Shape& sh, std::int64_t num_blocks_out[1], int block_
   batch.max_blocks = std::int32_t(blocks);
   std::vector<std::int32_t> ids(std::size_t(sh.B * blocks));
   std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);
+  if (!ordered_blocks) std::shuffle(ids.begin(), ids.end(), rng);
   batch.block_table = ids;
   num_blocks_out[0] = std::int64_t(ids.size());
   if (sh.form == Form::flattened) batch = flatten(batch);
@@ -302,6 +304,9 @@ int main(int argc, char** argv) {
   app.add_option("--kv-chunk-blocks", kv_chunk_blocks,
                  "KV blocks per work item instead of the planner's split (experiments)")
       ->check(CLI::NonNegativeNumber);
+  bool ordered_blocks = false;
+  app.add_flag("--ordered-blocks", ordered_blocks,
+               "each request's pages in order in the cache, not permuted (experiments)");
   std::vector<int> custom;
   app.add_option("--shape", custom,
                  "run only this uniform shape B,L,H,Q (bf16, W = 1; group 'custom'), experiments")
@@ -336,6 +341,7 @@ int main(int argc, char** argv) {
           {"kv_chunk_blocks",
            kv_chunk_blocks == 0 ? nlohmann::json("planner") : nlohmann::json(kv_chunk_blocks)},
           {"block_size", "64 unless a result says otherwise"},
+          {"block_table", ordered_blocks ? "ordered" : "permuted"},
           {"kv_dtype", "bf16 unless a result says otherwise"},
           {"ceilings", {{"copy_tbps", ceil.copy_tbps}, {"gemm_bf16_tflops", ceil.gemm_tflops}}},
           {"flashmla_source", "shared/PERF.md (FlashMLA built from source, same H200, 2026-11-30)"},
@@ -361,7 +367,7 @@ int main(int argc, char** argv) {
       if (++passed != index && index >= 0) continue;
       std::int64_t num_blocks = 0;
       Problem p = make_problem(sh, &num_blocks, sh.block_size, prop.multiProcessorCount, rng,
-                               kv_chunk_blocks);
+                               kv_chunk_blocks, ordered_blocks);
       const std::int64_t rows = p.rows;
       DeviceBuffer cache(*backend,
                          std::size_t(num_blocks) * sh.block_size * kHeadDim * dtype_size(sh.kv));
