@@ -42,7 +42,7 @@ struct OutputRefill {
     next_bulk = i + 2 < n && Loader::template bulk<Bulk>(p, tile, i + 2);
     const int next_t0 = tile.kv_begin + (i + 2) * kKeys;
     next_entry = i + 2 < n && !next_bulk ? ld.entry(p, tile, next_t0) : kEntryNone;
-    if (next_bulk && (threadIdx.x & 127) == 0) next_rows = Loader::box_rows(p, tile, next_t0);
+    if (next_bulk && Loader::issuer(p)) next_rows = Loader::box_rows(p, tile, next_t0);
   }
   // fp8: tile i + 1, staged at the end of the previous round, is widened either before the wait
   // for P of tile i (WidenEarly: while the scores warpgroup computes S and the softmax of tile i,
@@ -64,8 +64,7 @@ struct OutputRefill {
   // Tile i + 2 into the stage tile i used (P.V of tile i is done).
   __device__ __forceinline__ void after_pv(int i) const {
     if (next_bulk) {
-      if ((threadIdx.x & 127) == 0)
-        ld.issue_bulk(p, next_rows, sm.stage(i), sm.full_bar(i & 1, ld.og));
+      if (Loader::issuer(p)) ld.issue_bulk(p, next_rows, sm.stage(i), sm.full_bar(i & 1, ld.og));
     } else if (C == Cache::fp8 && i + 2 < n) {
       ld.stage_fp8(p, next_entry, sm.stage(i));
     } else if (i + 2 < n) {

@@ -5,12 +5,12 @@
 // chunks 4-7), so it can refill a stage as soon as its own P.V of the stage's tile is done.
 //
 // A bf16 tile inside the visible range whose pages line up with 64-row boxes (block size 16, 32
-// or a multiple of 64) comes by bulk tensor copies (TMA): one thread issues a 64-dim box per
-// chunk and page with the byte count on the mbarrier, and nobody waits for them but the
-// consumers. Other tiles (the last one of an item, which needs zeros past the visible end; fp8,
-// widened to bf16; other block sizes) are copied by the warpgroup's threads, which wait for their
-// own copies and then arrive once. The bulk copies move a tile from L2 in 0.55-0.77 us per SM
-// against ~2.1 us for the threads' copies (dcpmla_load_bench, 2026-11-30).
+// or a multiple of 64) comes by bulk tensor copies (TMA): one thread (four for pages of 16 or 32)
+// issues a 64-dim box per chunk and page with the byte count on the mbarrier, and nobody waits for
+// them but the consumers. Other tiles (the last one of an item, which needs zeros past the visible
+// end; fp8, widened to bf16; other block sizes) are copied by the warpgroup's threads, which wait
+// for their own copies and then arrive once. The bulk copies move a tile from L2 in 0.55-0.77 us
+// per SM against ~2.1 us for the threads' copies (dcpmla_load_bench, 2026-11-30).
 #pragma once
 
 #include <cstdint>
@@ -199,18 +199,38 @@ struct OutputLoader {
     return b;
   }
   // The bulk tensor copies of the warpgroup's chunks of a tile (boxes at `rows`), issued by one
-  // thread: a box of 64 dims x R rows per page and chunk. Fewer, larger boxes load faster (block
-  // size 16 takes 36 boxes a tile and runs the memory-bound shapes ~1.4x slower than 64; 32-row
-  // boxes for block size 64 ran 1.2x slower: bench/NOTES.md, session 4).
+  // thread (or four, below): a box of 64 dims x R rows per page and chunk. Fewer, larger boxes load
+  // faster (block size 16 takes 36 boxes a tile and runs the memory-bound shapes ~1.4x slower than
+  // 64; 32-row boxes for block size 64 ran 1.2x slower: bench/NOTES.md, session 4).
+  //
+  // Pages smaller than a box (block size 16 or 32: 2 or 4 boxes a chunk) spread the boxes over the
+  // warpgroup's 4 warps (lane 0 of each issues every 4th box): issuing a bulk copy holds the
+  // issuing thread for about its transfer, and one thread issuing 16-20 boxes delayed the
+  // warpgroup's next P.V. Spread, block size 16 ran (128, 8192, 16, 1) 382 -> 343 us and (64,
+  // 4096, 128, 2) 410 -> 375, block size 32 the latter 308 -> 290 (medians, one H200, 2026-12-01);
+  // block size 64 (one box a chunk) gained nothing and Kimi's H 96 rank lost 3-6 %, so it keeps
+  // one issuing thread. The first issuer arrives with the whole byte count, so the phase cannot
+  // complete before every box is counted (boxes that land earlier take the count below zero
+  // meanwhile, which the mbarrier allows).
+  __device__ __forceinline__ static bool spread_boxes(const DecodeParams& p) {
+    return p.block_size < kBoxRows;
+  }
+  __device__ __forceinline__ static bool issuer(const DecodeParams& p) {
+    return spread_boxes(p) ? (threadIdx.x & 31) == 0 : (threadIdx.x & 127) == 0;
+  }
   __device__ __forceinline__ void issue_bulk(const DecodeParams& p, const BoxRows& rows,
                                              std::uint32_t s, std::uint32_t bar) const {
     const int chunks = num_chunks();
-    hopper::mbarrier_arrive_expect_tx(bar, std::uint32_t(chunks) * kChunkBytes);
+    const bool spread = spread_boxes(p);
+    const int warp = spread ? (threadIdx.x & 127) >> 5 : 0;
+    const int stride = spread ? 4 : 1;
+    if (warp == 0) hopper::mbarrier_arrive_expect_tx(bar, std::uint32_t(chunks) * kChunkBytes);
     const int rows_per_box = min(p.block_size, kBoxRows);
 #pragma unroll
     for (int b = 0; b < kKeys / 16; ++b) {  // box b (a constant index: rows stay in registers)
       if (b * rows_per_box >= kKeys) break;
       for (int k = 0; k < chunks; ++k) {
+        if ((b * chunks + k) % stride != warp) continue;
         const int c = chunk(og, k);
         hopper::bulk_tensor_load_2d(s + c * kChunkBytes + std::uint32_t(b * rows_per_box) * 128u,
                                     &p.kv_map, c * 64, rows.row[b], bar);
@@ -225,7 +245,7 @@ struct OutputLoader {
                                        std::int64_t e, std::uint32_t s, std::uint32_t bar) const {
     if (!bulk<Bulk>(p, tile, index)) {
       issue(p, e, s, bar);
-    } else if ((threadIdx.x & 127) == 0) {
+    } else if (issuer(p)) {
       const BoxRows rows = box_rows(p, tile, tile.kv_begin + index * kKeys);
       issue_bulk(p, rows, s, bar);
     }
