@@ -584,14 +584,18 @@ TEST(CudaBackend, InvalidDeviceBlockIdsReadNoMemory) {
   if (on_cpu()) GTEST_SKIP() << "the CPU backend rejects invalid block ids on the host";
   auto be = make_backend();
   // Block sizes 8 and 96: the threads' copies; 16 and 64: the bulk copies, which ask past the
-  // cache's end.
-  for (int bs : {8, 16, 64, 96}) {
-    SCOPED_TRACE("block size " + std::to_string(bs));
+  // cache's end. fp8 caches (the threads' copies, then widened) with a one-row request 0: a
+  // narrow tile.
+  for (const auto& [bs, kv] : {std::pair{8, DType::bf16}, std::pair{16, DType::bf16},
+                               std::pair{64, DType::bf16}, std::pair{96, DType::bf16},
+                               std::pair{64, DType::fp8_e4m3}, std::pair{96, DType::fp8_e4m3}}) {
+    SCOPED_TRACE("block size " + std::to_string(bs) + " " + to_string(kv));
     sim::ScenarioSpec spec;
     spec.heads = 16;
     spec.block_size = bs;
     spec.seed = 12;
-    const sim::Scenario sc = custom_scenario(spec, {4, 2}, {bs == 64 ? 800 : 200, 90});
+    const int q0 = kv == DType::fp8_e4m3 ? 1 : 4;
+    const sim::Scenario sc = custom_scenario(spec, {q0, 2}, {bs == 64 ? 800 : 200, 90});
     Batch bad = sc.batch;
     bad.block_table[1] = 1 << 30;  // request 0, second block
     bad.block_table[2] = -5;       // request 0, third block
@@ -599,7 +603,7 @@ TEST(CudaBackend, InvalidDeviceBlockIdsReadNoMemory) {
     const Sharding sh{spec.world, 0, spec.interleave};
     const Plan plan = make_plan(sc.batch, {sh, spec.heads, spec.block_size, sc.num_blocks, {}});
     const std::int64_t rows = sc.batch.rows();
-    KvCacheRef cache{nullptr, DType::bf16, sc.num_blocks, spec.block_size, 1.0f};
+    KvCacheRef cache{nullptr, kv, sc.num_blocks, spec.block_size, 1.0f};
     DeviceBuffer dcache(*be, cache.bytes());
     ASSERT_EQ(cudaMemset(dcache.data(), 0, cache.bytes()), cudaSuccess);
     cache.data = dcache.data();
