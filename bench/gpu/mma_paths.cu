@@ -7,7 +7,8 @@
 //   S      36 wgmma m64n64k16 over the 576 dims of a 64-key tile: A = Q (shared memory, or one
 //          register fragment reused: the "Q in registers" bound), B = K of the stage.
 //   S in halves  the same as two m64n32 groups (keys 0-31, then 32-63), the first waited for
-//          while the second runs (decode_split_scores.cuh): Q is read twice.
+//          while the second runs (session 12's split softmax, not kept: bench/NOTES.md): Q is
+//          read twice.
 //   P.V    4 wgmma m64n256k16 over the tile's 64 keys: A = P (shared memory), B = 256 dims of
 //          V (transposed operand of the same stage).
 // The copies: 72 KiB tiles (9 bulk tensor boxes) into the two stages, 2 in flight, issued by the
