@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "dcpmla/error.h"
 
@@ -74,16 +76,22 @@ LaunchPlan build_launch_plan(const Plan& plan, int tile_pairs) {
           std::to_string(tile_pairs));
   const std::int64_t H = plan.config.num_heads;
   LaunchPlan lp;
-  // Each work item's thread blocks with the item's KV walk in tiles of kTileKeys tokens (the
-  // longest of its blocks), the sort key below.
-  std::vector<std::pair<std::int64_t, std::vector<DecodeTile>>> items;
+  // Every work item's thread blocks, item after item, and per item its range of them and its KV
+  // walk in tiles of kTileKeys tokens (the longest of its blocks'), the sort key below.
+  struct ItemBlocks {
+    std::int64_t walk = 0;
+    std::size_t begin = 0, end = 0;
+  };
+  std::vector<DecodeTile> tiles;
+  std::vector<ItemBlocks> items;
   items.reserve(plan.work.size());
   for (const WorkItem& w : plan.work) {
     const std::int64_t pairs = std::int64_t(w.num_rows) * H;
     require(pairs <= std::numeric_limits<std::int32_t>::max(), ErrorCode::unsupported,
             fmt::format("work item of request {}", w.request), "at most 2^31 - 1 (row, head) pairs",
             fmt::format("{} rows x {} heads", w.num_rows, H));
-    auto& [walk, tiles] = items.emplace_back(0, std::vector<DecodeTile>{});
+    ItemBlocks& item = items.emplace_back();
+    item.begin = tiles.size();
     for (std::int64_t pb = 0; pb < pairs; pb += tile_pairs) {
       const std::int64_t np = std::min<std::int64_t>(tile_pairs, pairs - pb);
       // Rows the tile touches: its pairs are row-major, so rows [pb / H, (pb + np - 1) / H].
@@ -94,8 +102,10 @@ LaunchPlan build_launch_plan(const Plan& plan, int tile_pairs) {
       }
       tiles.push_back({w.request, w.row_begin, std::int32_t(pb), std::int32_t(np), w.kv_begin,
                        w.kv_end, visible, w.partial_row});
-      walk = std::max<std::int64_t>(walk, (visible - w.kv_begin + kTileKeys - 1) / kTileKeys);
+      item.walk =
+          std::max<std::int64_t>(item.walk, (visible - w.kv_begin + kTileKeys - 1) / kTileKeys);
     }
+    item.end = tiles.size();
   }
   // Longest walk first, so the long blocks do not start last and form the tail; but a work
   // item's blocks stay together, so they run at once and read each KV tile from DRAM once
@@ -105,9 +115,12 @@ LaunchPlan build_launch_plan(const Plan& plan, int tile_pairs) {
   // and 3-8 % faster (ncu and benchmark, one H200).
   // The order never changes what a block computes.
   std::stable_sort(items.begin(), items.end(),
-                   [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (const auto& item : items)
-    lp.tiles.insert(lp.tiles.end(), item.second.begin(), item.second.end());
+                   [](const ItemBlocks& a, const ItemBlocks& b) { return a.walk > b.walk; });
+  lp.tiles.reserve(tiles.size());
+  for (const ItemBlocks& item : items) {
+    lp.tiles.insert(lp.tiles.end(), tiles.begin() + std::ptrdiff_t(item.begin),
+                    tiles.begin() + std::ptrdiff_t(item.end));
+  }
   for (const SplitMerge& m : plan.merges) {
     for (std::int32_t j = 0; j < m.num_rows; ++j) {
       lp.merge_rows.push_back({m.row_begin + j, m.first_partial_row + j, m.num_splits, m.num_rows});
