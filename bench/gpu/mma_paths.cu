@@ -100,6 +100,15 @@ __device__ __forceinline__ void copy_landed(std::uint32_t base, int t) {
   hopper::mbarrier_wait(base + kOffBars + 8u * std::uint32_t(t & 1), std::uint32_t(t >> 1) & 1u);
 }
 
+// Descriptor of the K tile in stage t % 2, and the descriptor offset of k-step ks (16 of the 576
+// dims: chunk ks / 4, 32 bytes each) in a Q or K tile.
+__device__ __forceinline__ std::uint64_t stage_k_descriptor(std::uint32_t base, int t) {
+  return hopper::smem_descriptor(base + kOffKv + std::uint32_t(t & 1) * kTileBytes, 16, 1024);
+}
+__device__ __forceinline__ std::uint32_t score_step_offset(int ks) {
+  return std::uint32_t((ks >> 2) * kChunkBytes + (ks & 3) * 32) >> 4;
+}
+
 template <bool RS>
 __device__ __forceinline__ void run_scores(const Params& p, std::uint32_t base) {
   float s[32];
@@ -109,12 +118,11 @@ __device__ __forceinline__ void run_scores(const Params& p, std::uint32_t base) 
                                    0x3c003c00u};
   const std::uint64_t desc_q = hopper::smem_descriptor(base + kOffQ, 16, 1024);
   for (int t = 0; t < p.tiles; ++t) {
-    const std::uint64_t desc_k =
-        hopper::smem_descriptor(base + kOffKv + std::uint32_t(t & 1) * kTileBytes, 16, 1024);
+    const std::uint64_t desc_k = stage_k_descriptor(base, t);
     hopper::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < 36; ++ks) {
-      const std::uint32_t off = ((ks >> 2) * kChunkBytes + (ks & 3) * 32) >> 4;
+      const std::uint32_t off = score_step_offset(ks);
       if constexpr (RS) {
         hopper::wgmma_m64n64k16_rs(s, a_regs, desc_k + off, ks > 0);
       } else {
@@ -134,18 +142,17 @@ __device__ __forceinline__ void run_scores_in_halves(const Params& p, std::uint3
   for (int i = 0; i < 16; ++i) a[i] = b[i] = 0.0f;
   const std::uint64_t desc_q = hopper::smem_descriptor(base + kOffQ, 16, 1024);
   for (int t = 0; t < p.tiles; ++t) {
-    const std::uint64_t desc_k =
-        hopper::smem_descriptor(base + kOffKv + std::uint32_t(t & 1) * kTileBytes, 16, 1024);
+    const std::uint64_t desc_k = stage_k_descriptor(base, t);
     hopper::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < 36; ++ks) {
-      const std::uint32_t off = ((ks >> 2) * kChunkBytes + (ks & 3) * 32) >> 4;
+      const std::uint32_t off = score_step_offset(ks);
       hopper::wgmma_m64n32k16_ss(a, desc_q + off, desc_k + off, ks > 0);
     }
     hopper::wgmma_commit();
 #pragma unroll
-    for (int ks = 0; ks < 36; ++ks) {
-      const std::uint32_t off = ((ks >> 2) * kChunkBytes + (ks & 3) * 32) >> 4;
+    for (int ks = 0; ks < 36; ++ks) {  // keys 32-63: rows 32-63 of each chunk, 4 atoms further
+      const std::uint32_t off = score_step_offset(ks);
       hopper::wgmma_m64n32k16_ss(b, desc_q + off, desc_k + (32u * 128u >> 4) + off, ks > 0);
     }
     hopper::wgmma_commit();
