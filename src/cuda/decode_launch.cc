@@ -85,7 +85,7 @@ void decode(const DecodeArgs& a, DevicePlan& dp, cudaStream_t s) {
   p.partial_out = ws;
   p.partial_lse = ws_lse;
   if (tensor_core_decode_supports(a.q.dtype, a.cache.dtype)) {
-    launch_decode_tc(p, a.cache.dtype, grid.tiles, s);
+    launch_decode_tc(p, a.cache.dtype, grid.tiles, kv_mostly_shared(plan), s);
   } else {
     launch_decode_tiles(p, a.q.dtype, a.cache.dtype, grid.tiles, s);
   }

@@ -29,7 +29,14 @@ bool bulk_copies_fit(int block_size) {
   return block_size >= 16 && (block_size % tc::kBoxRows == 0 || tc::kBoxRows % block_size == 0);
 }
 
-void encode_kv_map(DecodeParams& p) {
+// L2 promotion of the bulk copies: a box row is one 128-byte line of a token's 1152 bytes, which
+// a 256-byte promotion pairs with its neighbour (another chunk's, loaded by another box of the
+// same tile). Where each KV token is read by one thread block, no promotion runs the memory-bound
+// shapes 7-10 % faster ((128, 8192, 16, 1) 305 -> 277 us median, 4.35 TB/s, FlashMLA 284.7;
+// (32, 32768, 64, 1) 316 -> 295; Kimi's H 12 rank 311 -> 285); where two or more row tiles read
+// it, 256 bytes does ((64, 4096, 128, 1) 145 us against 153-157 without). Three runs each, one
+// H200, 2026-12-01 (bench/results/h200/2026-12-01-s13, calls 5-6).
+void encode_kv_map(DecodeParams& p, bool kv_shared) {
   const cuuint64_t dims[2] = {cuuint64_t(kHeadDim), cuuint64_t(p.num_blocks * p.block_size)};
   const cuuint64_t strides[1] = {cuuint64_t(kHeadDim) * 2};
   const cuuint32_t box[2] = {64, cuuint32_t(std::min(p.block_size, tc::kBoxRows))};
@@ -37,7 +44,8 @@ void encode_kv_map(DecodeParams& p) {
   const CUresult r = tensor_map_encoder()(
       &p.kv_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p.cache), dims, strides,
       box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA);
+      kv_shared ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B : CU_TENSOR_MAP_L2_PROMOTION_NONE,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA);
   require(r == CUDA_SUCCESS, ErrorCode::backend_failure, "cuTensorMapEncodeTiled", "CUDA_SUCCESS",
           std::to_string(int(r)));
 }
@@ -49,12 +57,12 @@ bool tensor_core_decode_supports(DType q_dtype, DType cache_dtype) {
 }
 
 void launch_decode_tc(const DecodeParams& params, DType cache_dtype, std::int64_t num_tiles,
-                      cudaStream_t s) {
+                      bool kv_shared, cudaStream_t s) {
   if (num_tiles <= 0) return;
   DecodeParams p = params;
   const unsigned blocks = unsigned(num_tiles);
   if (cache_dtype == DType::bf16 && bulk_copies_fit(p.block_size)) {
-    encode_kv_map(p);
+    encode_kv_map(p, kv_shared);
     launch_with_shared_memory<ws::decode_ws_kernel<tc::Cache::bf16, true>>(
         blocks, ws::kThreads, ws::kSmemBytes, p, s, "decode_ws_kernel<<<>>>");
   } else if (cache_dtype == DType::bf16) {

@@ -60,9 +60,10 @@ void launch_decode_tiles(const DecodeParams& p, DType q_dtype, DType cache_dtype
 
 // decode_tc.cu: the tensor-core kernel (v3), one thread block per DecodeTile, for a bf16 query
 // and a bf16 or fp8 cache; launch_decode_tiles (v1, FMA) runs every other combination.
+// kv_shared: most KV tokens are read by several thread blocks (kv_mostly_shared).
 bool tensor_core_decode_supports(DType q_dtype, DType cache_dtype);
 void launch_decode_tc(const DecodeParams& p, DType cache_dtype, std::int64_t num_tiles,
-                      cudaStream_t s);
+                      bool kv_shared, cudaStream_t s);
 
 // split_merge.cu: rows of split requests <- merge of their fp32 partials.
 struct SplitMergeParams {

@@ -71,6 +71,16 @@ PlanLimits gpu_plan_limits(const Batch& batch, const Sharding& sharding, int num
   return lim;
 }
 
+bool kv_mostly_shared(const Plan& plan, int tile_pairs) {
+  const std::int64_t H = plan.config.num_heads;
+  std::int64_t shared = 0, alone = 0;
+  for (const WorkItem& w : plan.work) {
+    const std::int64_t tokens = std::int64_t(w.kv_end) - w.kv_begin;
+    (std::int64_t(w.num_rows) * H > tile_pairs ? shared : alone) += tokens;
+  }
+  return shared > alone;
+}
+
 LaunchPlan build_launch_plan(const Plan& plan, int tile_pairs) {
   require(tile_pairs >= 1, ErrorCode::invalid_argument, "tile_pairs", ">= 1",
           std::to_string(tile_pairs));

@@ -80,6 +80,11 @@ PlanLimits gpu_plan_limits(const Batch& batch, const Sharding& sharding, int num
 // Throws Error(unsupported) when a work item has more than INT32_MAX pairs.
 LaunchPlan build_launch_plan(const Plan& plan, int tile_pairs = kTilePairs);
 
+// Whether most of the plan's KV tokens are read by more than one thread block: those of work
+// items with more than tile_pairs (row, head) pairs, whose row tiles walk the same KV (from L2
+// after the first). The decode's bulk copies are asked for differently then (decode_tc.cu).
+bool kv_mostly_shared(const Plan& plan, int tile_pairs = kTilePairs);
+
 // The device image of a launch plan: header, tiles, merge rows and row_local_bound, each section
 // 16-byte aligned and sized for `capacity` (so the sections stay where a captured graph reads
 // them whatever plan fits), in one buffer (one upload).

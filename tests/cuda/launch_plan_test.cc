@@ -10,6 +10,8 @@
 #include <random>
 #include <set>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "cuda/launch_plan.h"
 #include "dcpmla/error.h"
@@ -257,6 +259,33 @@ TEST(CudaLaunchPlan, HeadCountsAndQueryLengths) {
       check_launch_plan(plan, lp, kTilePairs);
     }
   }
+}
+
+// Requests of (Q, total length) at H heads, one block table row each, unsplit.
+Plan plan_of(int H, const std::vector<std::pair<int, int>>& requests) {
+  Batch batch;
+  batch.query_start_loc = {0};
+  int max_blocks = 1;
+  for (const auto& [q, len] : requests) max_blocks = std::max(max_blocks, (len + 63) / 64);
+  batch.max_blocks = max_blocks;
+  for (const auto& [q, len] : requests) {
+    batch.query_start_loc.push_back(batch.query_start_loc.back() + q);
+    batch.total_len.push_back(len);
+    for (int j = 0; j < max_blocks; ++j) batch.block_table.push_back(j);
+  }
+  return make_plan(batch, {{1, 0, 1}, H, 64, max_blocks, {}});
+}
+
+TEST(CudaLaunchPlan, KvSharedWhenMostTokensHaveSeveralRowTiles) {
+  using cuda::kv_mostly_shared;
+  EXPECT_FALSE(kv_mostly_shared(plan_of(16, {{1, 8192}, {1, 8192}})));  // 16 pairs: one tile
+  EXPECT_FALSE(kv_mostly_shared(plan_of(64, {{1, 4096}})));             // 64 pairs: one tile
+  EXPECT_TRUE(kv_mostly_shared(plan_of(128, {{1, 4096}})));             // two row tiles
+  EXPECT_TRUE(kv_mostly_shared(plan_of(16, {{8, 4096}})));              // 128 pairs
+  // By tokens, not by items: one long shared request outweighs two short single-tile ones.
+  EXPECT_TRUE(kv_mostly_shared(plan_of(16, {{5, 8192}, {1, 2048}, {2, 2048}})));
+  EXPECT_FALSE(kv_mostly_shared(plan_of(16, {{5, 2048}, {1, 8192}, {4, 2048}})));
+  EXPECT_FALSE(kv_mostly_shared(plan_of(16, {})));  // no work
 }
 
 TEST(CudaLaunchPlan, EmptyRankHasEmptyTiles) {
