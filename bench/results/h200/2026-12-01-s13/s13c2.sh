@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Session 13 call 2 (one H200): ring = narrow tiles (<= 16 pairs) with compact Q and a ring of 24
+# KV chunk slots, each with its own mbarrier (decode_narrow_ring.cuh: 2.67 tiles in flight
+# instead of 2); base = main 5969931. ring validated by scripts/device_gpu.sh (GPU tests,
+# sanitizers, demo); then the whole benchmark three times each, alternating.
+set -u
+cd "$(dirname "$0")/s13" || exit 1
+export PATH="/usr/local/cuda/bin:$PATH"
+R=$OUT
+C=$(cat COMMIT); CN=$(cat COMMIT_NEW)
+log() { echo "== [${SECONDS}s] $*" | tee -a "$R/summary.txt"; }
+(cd base && cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDCPMLA_BUILD_TESTS=OFF > "$R/base_cmake.log" 2>&1 && cmake --build build-gpu --target dcpmla_gpu_bench > "$R/base_build.log" 2>&1; echo "base build rc $?" >> "$R/summary.txt") &
+(cd new && OUT="$R/ring_gpu" DCPMLA_COMMIT="$CN" timeout 400 bash scripts/device_gpu.sh > "$R/ring_device_gpu.out" 2>&1; echo "ring device_gpu rc $?" >> "$R/summary.txt")
+wait
+cat "$R/ring_gpu/summary.txt" >> "$R/summary.txt" 2>/dev/null
+log "builds done"
+for rep in 1 2 3; do
+  for v in base new; do
+    c=$C; [ $v = new ] && c=$CN
+    timeout 60 $v/build-gpu/bench/gpu/dcpmla_gpu_bench --commit "$c-$v" --out "$R/${v}_r$rep.json" > "$R/${v}_r$rep.txt" 2>&1
+    log "$v r$rep rc $?"
+  done
+done
+bash ../../scripts/pack_outputs.sh "$R"

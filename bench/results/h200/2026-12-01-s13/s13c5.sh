@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Session 13 call 5 (one H200): the L2 promotion of the KV tensor map (decode_tc.cu): base =
+# main 5969931 (L2_256B), p128 = L2_128B, pnone = NONE (each 128-byte row segment of a box on
+# its own). The whole benchmark three times each, alternating.
+set -u
+cd "$(dirname "$0")/s13" || exit 1
+export PATH="/usr/local/cuda/bin:$PATH"
+R=$OUT
+C=$(cat COMMIT)
+log() { echo "== [${SECONDS}s] $*" | tee -a "$R/summary.txt"; }
+for v in base p128 pnone; do
+  (cd $v && cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDCPMLA_BUILD_TESTS=OFF > "$R/${v}_cmake.log" 2>&1 && cmake --build build-gpu --target dcpmla_gpu_bench > "$R/${v}_build.log" 2>&1; echo "$v build rc $?" >> "$R/summary.txt") &
+done
+wait
+log "builds done"
+for rep in 1 2 3; do
+  for v in base p128 pnone; do
+    timeout 60 $v/build-gpu/bench/gpu/dcpmla_gpu_bench --commit "$C-$v" --out "$R/${v}_r$rep.json" > "$R/${v}_r$rep.txt" 2>&1
+    log "$v r$rep rc $?"
+  done
+done
+bash ../../scripts/pack_outputs.sh "$R"
