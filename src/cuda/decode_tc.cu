@@ -35,7 +35,8 @@ bool bulk_copies_fit(int block_size) {
 // shapes 7-10 % faster ((128, 8192, 16, 1) 305 -> 277 us median, 4.35 TB/s, FlashMLA 284.7;
 // (32, 32768, 64, 1) 316 -> 295; Kimi's H 12 rank 311 -> 285); where two or more row tiles read
 // it, 256 bytes does ((64, 4096, 128, 1) 145 us against 153-157 without). Three runs each, one
-// H200, 2026-12-01 (bench/results/h200/2026-12-01-s13, calls 5-6).
+// H200, 2026-12-01 (bench/results/h200/2026-12-01-s13, calls 5-6). A captured CUDA graph keeps
+// the choice made at capture for every replay (it changes speed, never results).
 void encode_kv_map(DecodeParams& p, bool kv_shared) {
   const cuuint64_t dims[2] = {cuuint64_t(kHeadDim), cuuint64_t(p.num_blocks * p.block_size)};
   const cuuint64_t strides[1] = {cuuint64_t(kHeadDim) * 2};
