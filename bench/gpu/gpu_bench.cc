@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -42,10 +43,21 @@ Stats summarize(std::vector<float> ms) {
   return {1e3 * ms[ms.size() / 2], 1e3 * ms.front()};
 }
 
-// Times `reps` calls of fn, each between its own pair of events, after `warmup` calls.
+// Times `reps` calls of fn, each between its own pair of events, after `warmup` calls and then
+// more until min_warmup_ms have passed (5 calls of a short shape last well under a millisecond).
+// The first shape after the GEMM ceiling ran slower by median in some runs than in others: block
+// size 16's (128, 8192, 16, 1) 354-392 us in A/A runs of one build, 353-354 in three runs with
+// 100 ms (one H200, 2026-12-01); the whole benchmark's first shape, compute-bound, still varied.
 template <class Fn>
-Stats time_calls(Fn fn, int reps, int warmup, cudaStream_t s) {
+Stats time_calls(Fn fn, int reps, int warmup, cudaStream_t s, double min_warmup_ms = 0) {
   for (int i = 0; i < warmup; ++i) fn();
+  check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  const auto warm_start = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - warm_start)
+             .count() < min_warmup_ms) {
+    for (int i = 0; i < warmup; ++i) fn();
+    check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  }
   std::vector<cudaEvent_t> ev(2 * std::size_t(reps));
   for (auto& e : ev) check(cudaEventCreate(&e), "cudaEventCreate");
   for (int i = 0; i < reps; ++i) {
@@ -407,7 +419,7 @@ int main(int argc, char** argv) {
       args.workspace = ws.tensor(DType::fp8_e4m3, {std::int64_t(ws.bytes())});
       check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
       auto call = [&] { backend->decode(args, s); };
-      const Stats st = time_calls(call, reps, 5, s);
+      const Stats st = time_calls(call, reps, 5, s, /*min_warmup_ms=*/100);
       const auto graph = time_graph(call, 10, 3, s);
       forget_captured_decodes(*backend);  // the next shape may need other plan buffers
       // Never time garbage: the output must be finite after the runs.
