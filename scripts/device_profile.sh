@@ -3,8 +3,9 @@
 # built build-gpu: for each benchmark group given (default: the memory-bound and a compute-bound
 # FlashMLA shape), the first decode launch's speed-of-light, pipe utilisation, shared-memory and
 # warp-stall sections. Reports go to $OUT/profile-<n>.txt. With DCPMLA_PROFILE_SOURCE=1 the
-# source-counter section is collected too and the SASS lines with the most warp-stall samples
-# are listed in $OUT/profile-<n>-sass.txt (the per-instruction view of where the time goes).
+# source-counter section is collected too and scripts/sass_stalls.py lists the SASS lines with
+# the most warp-stall samples in $OUT/profile-<n>-sass.txt (the per-instruction view of where the
+# time goes, and how many instructions each warpgroup runs a tile).
 #
 #   run: scripts/device_profile.sh [group:index]... (after scripts/device_gpu.sh)
 set -uo pipefail
@@ -51,21 +52,8 @@ for spec in ${shapes[@]}; do
     # Per-instruction stall samples (SASS), the lines with the most samples first.
     ncu --import "/tmp/profile-$n.ncu-rep" --page source --print-source sass --csv \
       > "/tmp/profile-$n-sass.csv" 2> "$OUT/profile-$n-sass.err"
-    python3 - "/tmp/profile-$n-sass.csv" > "$OUT/profile-$n-sass.txt" <<'PY' || true
-import csv, sys
-rows = list(csv.reader(open(sys.argv[1])))
-head = next((i for i, r in enumerate(rows) if any("Sampling" in c for c in r)), None)
-if head is None:
-    print("no sampling columns; first lines:"); [print(",".join(r)) for r in rows[:20]]; sys.exit()
-cols = rows[head]
-samp = next(i for i, c in enumerate(cols) if "Warp Stall Sampling (All" in c)
-src = next((i for i, c in enumerate(cols) if c.strip() in ("Source", "# Source")), 1)
-body = [r for r in rows[head + 1:] if len(r) > samp and r[samp].replace(".", "").isdigit()]
-total = sum(float(r[samp]) for r in body) or 1
-print(f"{len(body)} SASS lines, {total:.0f} stall samples; top 80:")
-for r in sorted(body, key=lambda r: -float(r[samp]))[:80]:
-    print(f"{100 * float(r[samp]) / total:5.1f}%  {r[src].strip()}")
-PY
+    python3 scripts/sass_stalls.py "/tmp/profile-$n-sass.csv" --top 80 \
+      > "$OUT/profile-$n-sass.txt" || true
   fi
   grep -E "Duration|SM Frequency|Throughput|Issued Ipc|Eligible Warps|issue_stalled|pipe_tensor|wavefronts|inst_executed|cycles" \
     "$OUT/profile-$n.txt" | awk '$NF+0 > 0.05 || !/issue_stalled/' | head -60
