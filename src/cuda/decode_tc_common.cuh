@@ -28,6 +28,7 @@ enum class Cache { bf16, fp8 };
 constexpr std::int64_t kEntryNone = -1;     // past the tile's visible end: zeros, never read
 constexpr std::int64_t kEntryInvalid = -2;  // block id outside the cache: NaN, never read
 
+#if !defined(DCPMLA_EMULATE)  // the host emulation (tests/cuda/tc_emulation.h) defines these
 __device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -67,6 +68,7 @@ __device__ __forceinline__ std::uint32_t pack_bf16x2(float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
+#endif  // !DCPMLA_EMULATE
 // Two e4m3 values (low 16 bits, element 0 low) -> two bf16 in one word (exact: every e4m3 value
 // is a bf16 value).
 __device__ __forceinline__ std::uint32_t widen_fp8x2(std::uint32_t two) {
@@ -89,12 +91,14 @@ __device__ __forceinline__ float running_max(float m, float tile_max) {
   const float raised = fmaxf(m, tile_max);
   return raised > m + (DCPMLA_RESCALE_SLACK) ? raised : m;
 }
+#if !defined(DCPMLA_EMULATE)
 // 2^x (MUFU, about 2 ulp; 2^-inf = 0; denormal results flush to 0).
 __device__ __forceinline__ float fast_exp2(float x) {
   float r;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
   return r;
 }
+#endif  // !DCPMLA_EMULATE
 
 // Cache row of local token t of `request`, or one of the markers above.
 __device__ __forceinline__ std::int64_t cache_entry(const DecodeParams& p, int request, int t,
@@ -180,18 +184,27 @@ __device__ __forceinline__ int pair_key_limit(const DecodeParams& p, const Decod
   return max(tile.kv_begin, min(p.row_bound[row], tile.kv_end));
 }
 
+// The thread block's dynamic shared memory (the host emulation hands out its own buffer).
+#if defined(DCPMLA_EMULATE)
+#define DCPMLA_DYNAMIC_SMEM(name) unsigned char* name = emulated_shared_memory()
+#else
+#define DCPMLA_DYNAMIC_SMEM(name) extern __shared__ __align__(1024) unsigned char name[]
+#endif
+
 // The 1024-byte-aligned start of the dynamic shared memory (the swizzle atoms need it).
 __device__ __forceinline__ unsigned char* aligned_smem(unsigned char* raw) {
   const std::uint32_t a = smem_addr(raw);
   return raw + ((1024u - (a & 1023u)) & 1023u);
 }
 
+#if !defined(DCPMLA_EMULATE)
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+#endif  // !DCPMLA_EMULATE
 
 }  // namespace tc
 }  // namespace dcpmla::cuda

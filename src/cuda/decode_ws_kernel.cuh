@@ -58,7 +58,7 @@ namespace ws {
 template <Cache C, bool Bulk>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_ws_kernel(const __grid_constant__ DecodeParams p) {
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  DCPMLA_DYNAMIC_SMEM(smem_raw);
   const BlockSmem sm(aligned_smem(smem_raw));
 
   // Launched for the plan buffer's capacity under a CUDA graph: blocks past the plan exit.

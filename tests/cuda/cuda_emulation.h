@@ -42,6 +42,7 @@ struct Block {
   std::vector<unsigned char> shared;  // operator new: 16-byte aligned
 };
 inline Block* block = nullptr;
+inline std::uint64_t launches = 0;  // run_grid calls so far (keys per-launch state)
 
 // Runs kernel() for blocks 0 .. num_blocks-1 with `threads` threads each (a multiple of 32) and
 // `shared_bytes` of dynamic shared memory.
@@ -49,6 +50,7 @@ inline void run_grid(int num_blocks, int threads, std::size_t shared_bytes,
                      const std::function<void()>& kernel) {
   Block b(threads, shared_bytes);
   block = &b;
+  ++launches;
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {

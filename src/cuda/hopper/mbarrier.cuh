@@ -6,6 +6,7 @@
 
 namespace dcpmla::cuda::hopper {
 
+#if !defined(DCPMLA_EMULATE)  // the host emulation (tests/cuda/tc_emulation.h) defines these
 // One thread initialises; the barrier must be visible to all (a __syncthreads) before use.
 __device__ __forceinline__ void mbarrier_init(std::uint32_t bar, std::uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -35,5 +36,6 @@ __device__ __forceinline__ void mbarrier_wait(std::uint32_t bar, std::uint32_t p
       "r"(parity)
       : "memory");
 }
+#endif  // !DCPMLA_EMULATE
 
 }  // namespace dcpmla::cuda::hopper

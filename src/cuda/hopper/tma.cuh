@@ -9,6 +9,7 @@
 
 namespace dcpmla::cuda::hopper {
 
+#if !defined(DCPMLA_EMULATE)  // the host emulation (tests/cuda/tc_emulation.h) defines these
 // Box at (column x, row y) of the tensor `map` into shared memory at `dst` (1024-byte aligned for
 // the 128-byte swizzle); completes `bytes of the box` on mbarrier `bar`. Coordinates past the
 // tensor's extent are filled as the map says, without reading memory.
@@ -20,5 +21,6 @@ __device__ __forceinline__ void bulk_tensor_load_2d(std::uint32_t dst, const CUt
       "l"(map), "r"(x), "r"(y), "r"(bar)
       : "memory");
 }
+#endif  // !DCPMLA_EMULATE
 
 }  // namespace dcpmla::cuda::hopper

@@ -30,6 +30,7 @@ __device__ __forceinline__ std::uint64_t smem_descriptor(std::uint32_t addr,
          std::uint64_t((stride_bytes >> 4) & 0x3fffu) << 32 | std::uint64_t(1) << 62;
 }
 
+#if !defined(DCPMLA_EMULATE)  // the host emulation (tests/cuda/tc_emulation.h) defines these
 // Orders this thread's earlier register writes of accumulators before the next wgmma.
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -54,5 +55,6 @@ __device__ __forceinline__ void pin_registers(float (&d)[N]) {
 }
 
 #include "wgmma_ops.inc"
+#endif  // !DCPMLA_EMULATE
 
 }  // namespace dcpmla::cuda::hopper

@@ -1,0 +1,445 @@
+// A host emulation of the sm_90a instructions the tensor-core decode kernels use (on top of
+// cuda_emulation.h's threads, __syncthreads, __syncwarp and shuffles), so that their own source
+// (src/cuda/decode_ws_kernel.cuh and what it includes, compiled as plain C++ with DCPMLA_EMULATE)
+// runs on the CPU, one OS thread per CUDA thread:
+//
+//   shared addresses   byte offsets into the block's emulated shared memory (bounds-checked)
+//   named barriers     bar.sync / bar.arrive with their thread counts; a thread arriving twice
+//                      in one phase, or counts that differ within a phase, abort
+//   mbarriers          arrival count, transaction bytes (may go below zero), phase parity
+//   bulk tensor copy   a 2-D box of a tensor described by EmuTensorMap (in the CUtensorMap's
+//                      bytes), 128-byte swizzle, NaN past the tensor; completes its bytes at once
+//   cp.async           copied at once
+//   wgmma              each thread computes its own accumulator fragment at issue, from the
+//                      operands the descriptors address (K-major or MN-major, 128-byte swizzle);
+//                      the warpgroup's MMA starts when its last thread issues it (its operand bytes
+//                      kept) and completes at the first wait that retires it, which checks that
+//                      the bytes did not change meanwhile
+//
+// Every wait that cannot finish (a deadlock) aborts after kDeadlockSeconds with the barrier named.
+// The wgmma sums are deterministic but not the tensor cores' bits: results are compared with a
+// tolerance against the CPU backend, and bit for bit only between emulated runs.
+#pragma once
+
+#include "cuda_emulation.h"
+// The emulation shims must come first.
+#include <cuda.h>  // CUtensorMap
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "dcpmla/numeric.h"
+
+#undef __maxnreg__
+#define __maxnreg__(n)
+#undef __grid_constant__
+#define __grid_constant__
+
+namespace dcpmla_emu {
+
+constexpr int kDeadlockSeconds = 30;
+
+// Where each thread waits (for the report of a deadlock): a label and an id, or nothing.
+struct WaitSite {
+  const char* what = nullptr;
+  long id = 0;
+};
+inline WaitSite wait_sites[1024];
+
+[[noreturn]] inline void emu_fail(const char* what, long a = 0, long b = 0) {
+  std::fprintf(stderr, "tc emulation: %s (%ld, %ld), thread %u of block %u\n", what, a, b,
+               thread_idx.x, block_idx.x);
+  for (int t = 0; t < 1024; ++t) {
+    if (wait_sites[t].what != nullptr) {
+      std::fprintf(stderr, "  thread %d waits: %s %ld\n", t, wait_sites[t].what, wait_sites[t].id);
+    }
+  }
+  std::abort();
+}
+
+inline std::uint32_t shared_address(const void* p) {
+  const auto off = static_cast<const unsigned char*>(p) - block->shared.data();
+  if (off < 0 || std::size_t(off) > block->shared.size()) emu_fail("not a shared address", off);
+  return std::uint32_t(off);
+}
+inline unsigned char* shared_at(std::uint32_t a, std::size_t bytes) {
+  if (std::size_t(a) + bytes > block->shared.size()) {
+    emu_fail("shared access past the block's shared memory", a, long(bytes));
+  }
+  return block->shared.data() + a;
+}
+// The 128-byte swizzle: bits 4-6 of an address XOR bits 7-9.
+inline std::uint32_t swizzle128(std::uint32_t a) {
+  return a ^ (((a >> 7) & 7u) << 4);
+}
+
+// One lock for every barrier of the emulated block (named barriers and mbarriers).
+struct SyncState {
+  std::mutex mutex;
+  std::condition_variable cv;
+  struct Named {
+    int arrived = 0, expected = 0;
+    std::uint64_t generation = 0;
+    std::map<unsigned, std::uint64_t> last;  // thread -> generation + 1 of its last arrival
+  } named[16];
+  struct MBarrier {
+    int expected = 0, pending = 0;
+    long tx = 0;
+    std::uint64_t phase = 0;  // completed phases
+  };
+  std::map<std::uint32_t, MBarrier> mbarriers;
+};
+inline SyncState sync_state;
+
+template <class Pred>
+void wait_or_fail(std::unique_lock<std::mutex>& lk, Pred done, const char* what, long a) {
+  wait_sites[thread_idx.x] = {what, a};
+  if (!sync_state.cv.wait_for(lk, std::chrono::seconds(kDeadlockSeconds), done)) {
+    emu_fail(what, a);
+  }
+  wait_sites[thread_idx.x] = {};
+}
+
+inline void named_barrier(int id, int threads, bool wait) {
+  if (id <= 0 || id >= 16 || threads <= 0 || threads % 32 != 0) {
+    emu_fail("bad named barrier", id, threads);
+  }
+  std::unique_lock lk(sync_state.mutex);
+  auto& b = sync_state.named[id];
+  if (b.arrived == 0) {
+    b.expected = threads;
+  } else if (b.expected != threads) {
+    emu_fail("named barrier: thread counts differ within a phase", id, threads);
+  }
+  auto& last = b.last[thread_idx.x];
+  if (last == b.generation + 1) emu_fail("named barrier: a thread arrived twice in a phase", id);
+  last = b.generation + 1;
+  const std::uint64_t gen = b.generation;
+  if (++b.arrived == b.expected) {
+    b.arrived = 0;
+    ++b.generation;
+    sync_state.cv.notify_all();
+    return;
+  }
+  if (wait)
+    wait_or_fail(
+        lk, [&] { return b.generation != gen; }, "deadlock at named barrier", id);
+}
+
+inline SyncState::MBarrier& mbarrier_of(std::uint32_t bar) {
+  const auto it = sync_state.mbarriers.find(bar);
+  if (it == sync_state.mbarriers.end()) emu_fail("mbarrier used before its init", bar);
+  return it->second;
+}
+inline void mbarrier_settle(SyncState::MBarrier& b) {
+  if (b.pending == 0 && b.tx == 0) {
+    ++b.phase;
+    b.pending = b.expected;
+    sync_state.cv.notify_all();
+  }
+}
+inline void mbarrier_arrive(std::uint32_t bar, long tx) {
+  std::unique_lock lk(sync_state.mutex);
+  auto& b = mbarrier_of(bar);
+  if (b.pending <= 0) emu_fail("mbarrier: more arrivals than its count", bar);
+  b.tx += tx;
+  --b.pending;
+  mbarrier_settle(b);
+}
+inline void mbarrier_complete_tx(std::uint32_t bar, long bytes) {
+  std::unique_lock lk(sync_state.mutex);
+  auto& b = mbarrier_of(bar);
+  b.tx -= bytes;
+  mbarrier_settle(b);
+}
+
+// What the decode's tensor map says (filled by the test into CUtensorMap's bytes).
+struct EmuTensorMap {
+  const unsigned char* base;
+  std::uint64_t dims[2];  // elements along x (contiguous), rows along y
+  std::uint64_t stride;   // bytes between rows
+  std::uint32_t box[2];   // elements x rows
+  std::uint32_t elem;     // bytes an element (2: bf16)
+};
+static_assert(sizeof(EmuTensorMap) <= sizeof(CUtensorMap));
+inline CUtensorMap encode_tensor_map(const EmuTensorMap& m) {
+  CUtensorMap map{};
+  std::memcpy(&map, &m, sizeof m);
+  return map;
+}
+
+// wgmma, as the tensor cores see it: a warpgroup's n-th MMA starts once all 128 threads have
+// issued their n-th, and completes before the first thread returns from a wait that retires it.
+// Its operands are read at its start (their bytes kept) and must not change before it completes.
+struct Mma {
+  int issued = 0;
+  bool checked = false;
+  std::vector<std::uint32_t> addrs;  // every operand element (A's 64 x 16, then B's N x 16)
+  std::vector<std::uint16_t> values;
+};
+struct WarpgroupMmas {
+  std::uint64_t launch = 0;
+  unsigned blk = ~0u;
+  std::deque<Mma> mmas;  // in issue order (a deque: waiters hold references across pushes)
+};
+inline WarpgroupMmas warpgroup_mmas[4];
+// A thread's issued MMAs (a count) and its committed groups ([begin, end) of the MMAs).
+struct ThreadMmas {
+  std::uint64_t launch = 0;
+  unsigned blk = ~0u;
+  int issued = 0, group_begin = 0;
+  std::deque<std::pair<int, int>> groups;
+};
+inline thread_local ThreadMmas thread_mmas;
+
+inline ThreadMmas& this_thread_mmas() {
+  auto& t = thread_mmas;
+  if (t.launch != launches || t.blk != block_idx.x) t = {launches, block_idx.x, 0, 0, {}};
+  return t;
+}
+inline WarpgroupMmas& this_warpgroup_mmas() {  // under sync_state.mutex
+  auto& w = warpgroup_mmas[thread_idx.x / 128];
+  if (w.launch != launches || w.blk != block_idx.x) w = {launches, block_idx.x, {}};
+  return w;
+}
+inline std::uint16_t shared_u16(std::uint32_t a) {
+  std::uint16_t v;
+  std::memcpy(&v, shared_at(a, 2), 2);
+  return v;
+}
+
+struct Descriptor {
+  std::uint32_t start, leading, stride;
+  explicit Descriptor(std::uint64_t d)
+      : start(std::uint32_t(d & 0x3fffu) << 4),
+        leading(std::uint32_t((d >> 16) & 0x3fffu) << 4),
+        stride(std::uint32_t((d >> 32) & 0x3fffu) << 4) {
+    if ((d >> 62) != 1) emu_fail("wgmma descriptor without the 128-byte swizzle");
+  }
+  // Address of element (i along M or N, k along K) of a K-major operand (rows along M / N, 64 K
+  // values a row, 8-row atoms `stride` apart) or an MN-major one (rows along K, 64 M / N values
+  // a row, 8-row atoms `stride` apart, 64-wide M / N blocks `leading` apart).
+  std::uint32_t at(int i, int k, bool mn_major) const {
+    const std::uint32_t logical =
+        mn_major ? start + std::uint32_t(i / 64) * leading + std::uint32_t(k / 8) * stride +
+                       std::uint32_t(k % 8) * 128u + std::uint32_t(i % 64) * 2u
+                 : start + std::uint32_t(i / 8) * stride + std::uint32_t(i % 8) * 128u +
+                       std::uint32_t(k) * 2u;
+    return swizzle128(logical);
+  }
+};
+
+// D[64 x N] (+)= A[64 x 16] B[16 x N], this thread's fragment (rows 16 warp + lane / 4 (+ 8),
+// columns 8 j + 2 (lane % 4) + {0, 1}, in d[4 j + 2 r + e]), computed at issue.
+template <int N>
+void wgmma(float (&d)[N / 2], std::uint64_t a_desc, std::uint64_t b_desc, bool accumulate,
+           bool a_mn, bool b_mn) {
+  const Descriptor A(a_desc), B(b_desc);
+  const int t = int(thread_idx.x) % 128, warp = t / 32, lane = t % 32;
+  const int rows[2] = {16 * warp + lane / 4, 16 * warp + lane / 4 + 8};
+  float a[2][16];
+  for (int r = 0; r < 2; ++r) {
+    for (int k = 0; k < 16; ++k)
+      a[r][k] = dcpmla::bf16_to_float(shared_u16(A.at(rows[r], k, a_mn)));
+  }
+  for (int j = 0; j < N / 8; ++j) {
+    for (int e = 0; e < 2; ++e) {
+      const int col = 8 * j + 2 * (lane % 4) + e;
+      float b[16];
+      for (int k = 0; k < 16; ++k) b[k] = dcpmla::bf16_to_float(shared_u16(B.at(col, k, b_mn)));
+      for (int r = 0; r < 2; ++r) {
+        float sum = 0.0f;
+        for (int k = 0; k < 16; ++k) sum = std::fma(a[r][k], b[k], sum);
+        float& acc = d[4 * j + 2 * r + e];
+        acc = accumulate ? acc + sum : sum;
+      }
+    }
+  }
+  ThreadMmas& mine = this_thread_mmas();
+  const int index = mine.issued++;
+  std::unique_lock lk(sync_state.mutex);
+  WarpgroupMmas& wg = this_warpgroup_mmas();
+  if (int(wg.mmas.size()) <= index) {
+    Mma m;
+    for (int i = 0; i < 64; ++i) {
+      for (int k = 0; k < 16; ++k) m.addrs.push_back(A.at(i, k, a_mn));
+    }
+    for (int i = 0; i < N; ++i) {
+      for (int k = 0; k < 16; ++k) m.addrs.push_back(B.at(i, k, b_mn));
+    }
+    wg.mmas.push_back(std::move(m));
+  }
+  Mma& m = wg.mmas[std::size_t(index)];
+  if (++m.issued == 128) {  // it starts: the operands are read now
+    for (std::uint32_t at : m.addrs) m.values.push_back(shared_u16(at));
+    sync_state.cv.notify_all();
+  }
+}
+
+inline void wgmma_commit() {
+  ThreadMmas& mine = this_thread_mmas();
+  mine.groups.emplace_back(mine.group_begin, mine.issued);
+  mine.group_begin = mine.issued;
+}
+
+inline void wgmma_wait(int n) {
+  ThreadMmas& mine = this_thread_mmas();
+  while (int(mine.groups.size()) > n) {
+    const auto [begin, end] = mine.groups.front();
+    mine.groups.pop_front();
+    std::unique_lock lk(sync_state.mutex);
+    WarpgroupMmas& wg = this_warpgroup_mmas();
+    for (int i = begin; i < end; ++i) {
+      Mma& m = wg.mmas[std::size_t(i)];
+      wait_or_fail(
+          lk, [&] { return m.issued == 128; },
+          "deadlock: a wgmma waited for that its warpgroup has not all issued", i);
+      if (m.checked) continue;
+      m.checked = true;
+      for (std::size_t e = 0; e < m.addrs.size(); ++e) {
+        if (shared_u16(m.addrs[e]) != m.values[e]) {
+          emu_fail(
+              "a wgmma's shared-memory operands changed while it was in flight (operand "
+              "element, its address)",
+              long(e), long(m.addrs[e]));
+        }
+      }
+      m.addrs = {};
+      m.values = {};
+    }
+  }
+}
+
+}  // namespace dcpmla_emu
+
+inline bool __any_sync(unsigned, bool pred) {
+  const int w = dcpmla_emu::warp_of_thread(), lane = int(threadIdx.x) % 32;
+  auto& slots = dcpmla_emu::block->slots[w];
+  slots[lane] = pred ? 1u : 0u;
+  __syncwarp();
+  bool any = false;
+  for (std::uint32_t s : slots) any = any || s != 0;
+  __syncwarp();
+  return any;
+}
+
+namespace dcpmla::cuda::hopper {
+
+inline void mbarrier_init(std::uint32_t bar, std::uint32_t count) {
+  std::unique_lock lk(dcpmla_emu::sync_state.mutex);
+  dcpmla_emu::sync_state.mbarriers[bar] = {int(count), int(count), 0, 0};
+}
+inline void mbarrier_arrive(std::uint32_t bar) {
+  dcpmla_emu::mbarrier_arrive(bar, 0);
+}
+inline void mbarrier_arrive_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
+  dcpmla_emu::mbarrier_arrive(bar, long(bytes));
+}
+inline void mbarrier_wait(std::uint32_t bar, std::uint32_t parity) {
+  using dcpmla_emu::sync_state;
+  std::unique_lock lk(sync_state.mutex);
+  auto& b = dcpmla_emu::mbarrier_of(bar);
+  // The phase of parity `parity` has completed once the current phase has the other parity.
+  dcpmla_emu::wait_or_fail(
+      lk, [&] { return (b.phase & 1u) != parity; }, "deadlock at mbarrier", long(bar));
+}
+
+inline void bulk_tensor_load_2d(std::uint32_t dst, const CUtensorMap* map, int x, int y,
+                                std::uint32_t bar) {
+  dcpmla_emu::EmuTensorMap m;
+  std::memcpy(&m, map, sizeof m);
+  if (dst % 1024 != 0 || m.box[0] * m.elem != 128) {
+    dcpmla_emu::emu_fail("bulk copy: box not in 1024-byte-aligned 128-byte rows", dst);
+  }
+  for (std::uint32_t r = 0; r < m.box[1]; ++r) {
+    for (std::uint32_t c = 0; c < m.box[0]; ++c) {
+      const std::uint64_t gx = std::uint64_t(x) + c, gy = std::uint64_t(y) + r;
+      std::uint16_t v = 0x7fc0;  // NaN past the tensor
+      if (x >= 0 && y >= 0 && gx < m.dims[0] && gy < m.dims[1]) {
+        std::memcpy(&v, m.base + gy * m.stride + gx * m.elem, 2);
+      }
+      const std::uint32_t at = dcpmla_emu::swizzle128(dst + r * 128u + c * 2u);
+      std::memcpy(dcpmla_emu::shared_at(at, 2), &v, 2);
+    }
+  }
+  dcpmla_emu::mbarrier_complete_tx(bar, long(m.box[0]) * m.box[1] * m.elem);
+}
+
+inline void wgmma_fence() {}
+inline void wgmma_commit() {
+  dcpmla_emu::wgmma_commit();
+}
+template <int N>
+void wgmma_wait() {
+  dcpmla_emu::wgmma_wait(N);
+}
+inline void fence_proxy_async_shared() {}
+template <int N>
+void pin_registers(float (&)[N]) {}
+
+inline void wgmma_m64n16k16_ss(float (&d)[8], std::uint64_t a, std::uint64_t b, bool acc) {
+  dcpmla_emu::wgmma<16>(d, a, b, acc, false, false);
+}
+inline void wgmma_m64n32k16_ss(float (&d)[16], std::uint64_t a, std::uint64_t b, bool acc) {
+  dcpmla_emu::wgmma<32>(d, a, b, acc, false, false);
+}
+inline void wgmma_m64n64k16_ss(float (&d)[32], std::uint64_t a, std::uint64_t b, bool acc) {
+  dcpmla_emu::wgmma<64>(d, a, b, acc, false, false);
+}
+inline void wgmma_m64n256k16_ss_tb(float (&d)[128], std::uint64_t a, std::uint64_t b, bool acc) {
+  dcpmla_emu::wgmma<256>(d, a, b, acc, false, true);
+}
+inline void wgmma_m64n16k16_ss_ta(float (&d)[8], std::uint64_t a, std::uint64_t b, bool acc) {
+  dcpmla_emu::wgmma<16>(d, a, b, acc, true, false);
+}
+inline void wgmma_m64n32k16_ss_ta(float (&d)[16], std::uint64_t a, std::uint64_t b, bool acc) {
+  dcpmla_emu::wgmma<32>(d, a, b, acc, true, false);
+}
+
+}  // namespace dcpmla::cuda::hopper
+
+namespace dcpmla::cuda::tc {
+
+inline std::uint32_t smem_addr(const void* p) {
+  return dcpmla_emu::shared_address(p);
+}
+inline void cp_async16(std::uint32_t dst, const void* src) {
+  std::memcpy(dcpmla_emu::shared_at(dst, 16), src, 16);
+}
+inline void cp_async_wait_all() {}
+inline void st_shared16(std::uint32_t dst, uint4 v) {
+  std::memcpy(dcpmla_emu::shared_at(dst, 16), &v, 16);
+}
+inline uint4 ld_shared16(std::uint32_t src) {
+  uint4 v;
+  std::memcpy(&v, dcpmla_emu::shared_at(src, 16), 16);
+  return v;
+}
+inline void st_shared2(std::uint32_t dst, std::uint16_t v) {
+  std::memcpy(dcpmla_emu::shared_at(dst, 2), &v, 2);
+}
+inline void st_shared4(std::uint32_t dst, std::uint32_t v) {
+  std::memcpy(dcpmla_emu::shared_at(dst, 4), &v, 4);
+}
+inline std::uint32_t pack_bf16x2(float lo, float hi) {
+  return std::uint32_t(dcpmla::float_to_bf16(lo)) | std::uint32_t(dcpmla::float_to_bf16(hi)) << 16;
+}
+inline float fast_exp2(float x) {
+  const float r = std::exp2(x);
+  return std::fpclassify(r) == FP_SUBNORMAL ? 0.0f : r;  // ftz
+}
+inline void named_barrier_sync(int id, int threads) {
+  dcpmla_emu::named_barrier(id, threads, true);
+}
+inline void named_barrier_arrive(int id, int threads) {
+  dcpmla_emu::named_barrier(id, threads, false);
+}
+
+}  // namespace dcpmla::cuda::tc

@@ -1,0 +1,116 @@
+// The tensor-core decode kernels' own source (src/cuda/decode_ws_kernel.cuh with its narrow tiles,
+// bulk tensor copies, mbarriers, named barriers and wgmma) run on the CPU through a host emulation
+// of those instructions (tc_emulation.h): no GPU needed. Checks the kernels against the CPU
+// backend on ragged DCP batches (poisoned pages, several KV tiles a walk, split and unsplit,
+// narrow, partial and whole tiles), that the flattened and native forms give the same bits, and,
+// through the emulation's own checks, that no barrier deadlocks or is misused and that no MMA's
+// operands change while it is in flight.
+#include "tc_emulation.h"
+// The emulation shims must come first.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "cuda/decode_ws_kernel.cuh"
+#include "emulated_decode.h"
+
+namespace dcpmla::cuda {
+namespace {
+
+using namespace emulated;
+
+// As decode_tc.cu: bulk copies for bf16 caches whose pages hold whole 64-row boxes or fit in one.
+bool bulk_copies_fit(int block_size) {
+  return block_size >= 16 && (block_size % 64 == 0 || 64 % block_size == 0);
+}
+
+template <tc::Cache C, bool Bulk>
+void run_ws(const TileRun& run) {
+  DecodeParams p = run.p;
+  if (Bulk) {
+    const std::int64_t rows = std::int64_t(p.num_blocks) * p.block_size;
+    p.kv_map = dcpmla_emu::encode_tensor_map({static_cast<const unsigned char*>(p.cache),
+                                              {std::uint64_t(kHeadDim), std::uint64_t(rows)},
+                                              std::uint64_t(kHeadDim) * 2,
+                                              {64u, std::uint32_t(std::min(p.block_size, 64))},
+                                              2u});
+  }
+  dcpmla_emu::run_grid(int(run.lp.tiles.size()), ws::kThreads, ws::kSmemBytes,
+                       [&] { ws::decode_ws_kernel<C, Bulk>(p); });
+}
+
+// The kernel decode_tc.cu launches for the scenario's cache.
+void run_v3(const sim::ScenarioSpec& spec, const TileRun& run) {
+  if (spec.kv_dtype == DType::fp8_e4m3) {
+    run_ws<tc::Cache::fp8, false>(run);
+  } else if (bulk_copies_fit(spec.block_size)) {
+    run_ws<tc::Cache::bf16, true>(run);
+  } else {
+    run_ws<tc::Cache::bf16, false>(run);
+  }
+}
+
+// Long enough walks for several KV tiles a thread block (stages reused, both mbarrier parities):
+// Q 3, 1, 8, 2 (the last non-causal), contexts up to 700 over W = 2.
+sim::Scenario walk_case(DType kv, int H, int bs, std::uint64_t seed) {
+  sim::ScenarioSpec spec;
+  spec.world = 2;
+  spec.heads = H;
+  spec.block_size = bs;
+  spec.kv_dtype = kv;
+  spec.q_dtype = DType::bf16;
+  spec.seed = seed;
+  return testing::custom_scenario(spec, {3, 1, 8, 2}, {700, 9, 300, 260},
+                                  {Mask::causal, Mask::causal, Mask::causal, Mask::full},
+                                  /*padding=*/1);
+}
+
+TEST(TensorCoreEmulation, V3MatchesCpuBackend) {
+  struct Case {
+    DType kv;
+    int H, bs, chunk;
+    DType out;
+  };
+  // H 16: narrow tiles (16 pairs) beside whole ones; 24, 70: partial wide tiles; block size 64 and
+  // 32 by bulk copies (32: two boxes a chunk), 48 by the threads' copies; fp8 by the threads.
+  const Case cases[] = {
+      {DType::bf16, 16, 64, 0, DType::f32},     {DType::bf16, 70, 64, 2, DType::bf16},
+      {DType::bf16, 24, 32, 0, DType::f32},     {DType::bf16, 16, 48, 3, DType::f32},
+      {DType::fp8_e4m3, 70, 64, 0, DType::f32}, {DType::fp8_e4m3, 16, 16, 4, DType::bf16},
+  };
+  int seed = 1;
+  for (const Case& c : cases) {
+    const sim::Scenario sc = walk_case(c.kv, c.H, c.bs, seed);
+    PlanLimits limits;
+    limits.kv_chunk_blocks = c.chunk;
+    const int rank = seed++ % 2;
+    SCOPED_TRACE(testing::describe(sc.spec) + " out " + to_string(c.out) + " rank " +
+                 std::to_string(rank) + " chunk " + std::to_string(c.chunk));
+    const Result got = emulated_decode(sc, rank, sc.batch, limits, c.out, run_v3);
+    const Result want = cpu_decode(sc, rank, limits, c.out);
+    testing::expect_rows_close(got, want, c.out == DType::bf16 ? 2e-2 : 1e-2, 1e-4);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(TensorCoreEmulation, FlattenedAndNativeGiveTheSameBits) {
+  int seed = 40;
+  for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+    for (int H : {16, 24}) {
+      const sim::Scenario sc = walk_case(kv, H, 64, seed++);
+      PlanLimits limits;
+      limits.kv_chunk_blocks = H == 16 ? 0 : 2;
+      const Batch flat = flatten(sc.batch);
+      const int rank = seed % 2;
+      SCOPED_TRACE(testing::describe(sc.spec) + " rank " + std::to_string(rank));
+      const Result native = emulated_decode(sc, rank, sc.batch, limits, DType::f32, run_v3);
+      const Result flattened = emulated_decode(sc, rank, flat, limits, DType::f32, run_v3);
+      ASSERT_EQ(std::memcmp(native.out.data(), flattened.out.data(), native.out.size() * 4), 0);
+      ASSERT_EQ(std::memcmp(native.lse.data(), flattened.lse.data(), native.lse.size() * 4), 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dcpmla::cuda
