@@ -11,7 +11,9 @@
 //                      bytes), 128-byte swizzle, NaN past the tensor; completes its bytes at once
 //   cp.async           copied at once
 //   wgmma              each thread computes its own accumulator fragment at issue, from the
-//                      operands the descriptors address (K-major or MN-major, 128-byte swizzle);
+//                      operands the descriptors address (K-major or MN-major, 128-byte swizzle),
+//                      into a shadow: the registers read NaN until the wait that retires the MMA
+//                      (writing them meanwhile aborts);
 //                      the warpgroup's MMA starts when its last thread issues it (its operand bytes
 //                      kept) and completes at the first wait that retires it, which checks that
 //                      the bytes did not change meanwhile
@@ -191,17 +193,25 @@ struct WarpgroupMmas {
 };
 inline WarpgroupMmas warpgroup_mmas[4];
 // A thread's issued MMAs (a count) and its committed groups ([begin, end) of the MMAs).
+// While MMAs on an accumulator are in flight its registers hold kPoison (reads give NaN, writes
+// are caught) and its value lives in a shadow, written back when the last of them retires.
+constexpr std::uint32_t kPoison = 0x7fbadbadu;
+struct Shadow {
+  std::vector<float> value;
+  int last = 0;  // index of the latest MMA into it
+};
 struct ThreadMmas {
   std::uint64_t launch = 0;
   unsigned blk = ~0u;
   int issued = 0, group_begin = 0;
   std::deque<std::pair<int, int>> groups;
+  std::map<float*, Shadow> shadows;
 };
 inline thread_local ThreadMmas thread_mmas;
 
 inline ThreadMmas& this_thread_mmas() {
   auto& t = thread_mmas;
-  if (t.launch != launches || t.blk != block_idx.x) t = {launches, block_idx.x, 0, 0, {}};
+  if (t.launch != launches || t.blk != block_idx.x) t = {launches, block_idx.x, 0, 0, {}, {}};
   return t;
 }
 inline WarpgroupMmas& this_warpgroup_mmas() {  // under sync_state.mutex
@@ -238,16 +248,34 @@ struct Descriptor {
 
 // D[64 x N] (+)= A[64 x 16] B[16 x N], this thread's fragment (rows 16 warp + lane / 4 (+ 8),
 // columns 8 j + 2 (lane % 4) + {0, 1}, in d[4 j + 2 r + e]), computed at issue.
+inline bool poisoned(const float* d, int n) {
+  for (int i = 0; i < n; ++i) {
+    if (std::bit_cast<std::uint32_t>(d[i]) != kPoison) return false;
+  }
+  return true;
+}
+
+// D[64 x N] (+)= A[64 x 16] B[16 x N], this thread's fragment (rows 16 warp + lane / 4 (+ 8),
+// columns 8 j + 2 (lane % 4) + {0, 1}, in d[4 j + 2 r + e]), computed at issue into d's shadow.
 template <int N>
 void wgmma(float (&d)[N / 2], std::uint64_t a_desc, std::uint64_t b_desc, bool accumulate,
            bool a_mn, bool b_mn) {
   const Descriptor A(a_desc), B(b_desc);
   const int t = int(thread_idx.x) % 128, warp = t / 32, lane = t % 32;
   const int rows[2] = {16 * warp + lane / 4, 16 * warp + lane / 4 + 8};
+  ThreadMmas& mine = this_thread_mmas();
+  auto [it, fresh] = mine.shadows.try_emplace(d);
+  std::vector<float>& acc = it->second.value;
+  if (fresh) {
+    acc.assign(d, d + N / 2);
+  } else if (!poisoned(d, N / 2)) {
+    emu_fail("accumulator registers written while an MMA into them is in flight");
+  }
   float a[2][16];
   for (int r = 0; r < 2; ++r) {
-    for (int k = 0; k < 16; ++k)
+    for (int k = 0; k < 16; ++k) {
       a[r][k] = dcpmla::bf16_to_float(shared_u16(A.at(rows[r], k, a_mn)));
+    }
   }
   for (int j = 0; j < N / 8; ++j) {
     for (int e = 0; e < 2; ++e) {
@@ -257,12 +285,13 @@ void wgmma(float (&d)[N / 2], std::uint64_t a_desc, std::uint64_t b_desc, bool a
       for (int r = 0; r < 2; ++r) {
         float sum = 0.0f;
         for (int k = 0; k < 16; ++k) sum = std::fma(a[r][k], b[k], sum);
-        float& acc = d[4 * j + 2 * r + e];
-        acc = accumulate ? acc + sum : sum;
+        float& out = acc[std::size_t(4 * j + 2 * r + e)];
+        out = accumulate ? out + sum : sum;
       }
     }
   }
-  ThreadMmas& mine = this_thread_mmas();
+  std::fill(d, d + N / 2, std::bit_cast<float>(kPoison));
+  it->second.last = mine.issued;
   const int index = mine.issued++;
   std::unique_lock lk(sync_state.mutex);
   WarpgroupMmas& wg = this_warpgroup_mmas();
@@ -313,6 +342,18 @@ inline void wgmma_wait(int n) {
       }
       m.addrs = {};
       m.values = {};
+    }
+    lk.unlock();
+    for (auto it = mine.shadows.begin(); it != mine.shadows.end();) {
+      if (it->second.last >= end) {
+        ++it;
+        continue;
+      }
+      if (!poisoned(it->first, int(it->second.value.size()))) {
+        emu_fail("accumulator registers written while an MMA into them was in flight");
+      }
+      std::copy(it->second.value.begin(), it->second.value.end(), it->first);
+      it = mine.shadows.erase(it);
     }
   }
 }
