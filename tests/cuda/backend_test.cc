@@ -264,6 +264,44 @@ TEST(CudaBackend, DecodeMatchesCpuBackend) {
   }
 }
 
+// Rows whose running max rises on later KV tiles (each request's second half of latents 6x
+// larger), so every decoder rescales O between tiles, which random latents seldom make the lazy
+// rescale do after the first tile: narrow, partial and whole tiles, split and unsplit, bf16 and
+// fp8 caches.
+TEST(CudaBackend, RisingScoresRescaleBetweenTiles) {
+  DCPMLA_REQUIRE_GPU();
+  auto be = make_backend();
+  auto cpu = make_cpu_backend(4);
+  int seed = 300;
+  for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+    for (int H : {16, 70, 128}) {
+      for (int chunk_blocks : {0, 2}) {
+        sim::ScenarioSpec spec;
+        spec.world = 2;
+        spec.heads = H;
+        spec.block_size = 64;
+        spec.kv_dtype = kv;
+        spec.q_dtype = DType::bf16;
+        spec.k_scale = 0.25f;  // fp8: the 6x latents stay inside e4m3's range (448 x scale)
+        spec.seed = seed++;
+        sim::Scenario sc = custom_scenario(spec, {3, 1, 8}, {1400, 9, 600},
+                                           {Mask::causal, Mask::causal, Mask::full}, 1);
+        testing::raise_second_halves(sc, 6.0f);
+        PlanLimits limits;
+        limits.kv_chunk_blocks = chunk_blocks;
+        const int rank = seed % 2;
+        SCOPED_TRACE(testing::describe(spec) + " rank " + std::to_string(rank) + " chunk " +
+                     std::to_string(chunk_blocks));
+        const auto got = run_decode(*be, sc, rank, limits, DType::f32);
+        const auto want = run_decode(*cpu, sc, rank, limits, DType::f32);
+        // bf16 probabilities into V (DecodeMatchesCpuBackend's 1e-2), here for latents up to ~25.
+        testing::expect_rows_close(got, want, on_cpu() ? 1e-4 : 8e-2, 1e-4);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
 // The bulk tensor copy path of bf16 caches (block size 16, 32 or a multiple of 64: up to four
 // boxes per chunk; whole tiles inside the visible range, the last tile by the threads' copies;
 // block sizes 48 and 96 take the threads' copies throughout), with splits that start tiles

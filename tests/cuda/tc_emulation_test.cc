@@ -66,13 +66,7 @@ sim::Scenario walk_case(DType kv, int H, int bs, std::uint64_t seed, bool rising
   sim::Scenario sc = testing::custom_scenario(
       spec, {3, 1, 8, 2}, {700, 9, 300, 260},
       {Mask::causal, Mask::causal, Mask::causal, Mask::full}, /*padding=*/1);
-  if (rising) {
-    for (auto& latents : sc.kv) {
-      for (std::size_t i = latents.size() / kHeadDim / 2 * kHeadDim; i < latents.size(); ++i) {
-        latents[i] *= 6.0f;
-      }
-    }
-  }
+  if (rising) testing::raise_second_halves(sc, 6.0f);
   return sc;
 }
 

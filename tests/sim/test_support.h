@@ -93,6 +93,17 @@ void expect_rows_close(const Result& got, const Result& want, double out_tol, do
   }
 }
 
+// Each request's second half of latents scaled by `factor`: a row's running max then rises on
+// later KV tiles, so decoders rescale their partial O between tiles (random latents alone seldom
+// make a lazy rescale fire after the first tile).
+inline void raise_second_halves(sim::Scenario& sc, float factor) {
+  for (auto& latents : sc.kv) {
+    for (std::size_t i = latents.size() / kHeadDim / 2 * kHeadDim; i < latents.size(); ++i) {
+      latents[i] *= factor;
+    }
+  }
+}
+
 // The same problem with every physical block id renamed through a random permutation of the
 // cache (num_blocks unchanged): the results must not change by a single bit.
 inline sim::Scenario permute_block_ids(const sim::Scenario& sc, std::uint64_t seed) {
