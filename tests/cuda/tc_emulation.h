@@ -46,7 +46,7 @@
 
 namespace dcpmla_emu {
 
-constexpr int kDeadlockSeconds = 30;
+constexpr int kDeadlockSeconds = 120;  // generous: CI runs these beside other tests on 2 cores
 
 // Where each thread waits (for the report of a deadlock): a label and an id, or nothing.
 struct WaitSite {
