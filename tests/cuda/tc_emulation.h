@@ -8,7 +8,8 @@
 //                      in one phase, or counts that differ within a phase, abort
 //   mbarriers          arrival count, transaction bytes (may go below zero), phase parity
 //   bulk tensor copy   a 2-D box of a tensor described by EmuTensorMap (in the CUtensorMap's
-//                      bytes), 128-byte swizzle, NaN past the tensor; completes its bytes at once
+//                      bytes): bf16 with the 128-byte swizzle and NaN past the tensor, or uint8
+//                      unswizzled with zeros; completes its bytes at once
 //   cp.async           copied at once
 //   wgmma              each thread computes its own accumulator fragment at issue, from the
 //                      operands the descriptors address (K-major or MN-major, 128-byte swizzle),
@@ -168,7 +169,8 @@ struct EmuTensorMap {
   std::uint64_t dims[2];  // elements along x (contiguous), rows along y
   std::uint64_t stride;   // bytes between rows
   std::uint32_t box[2];   // elements x rows
-  std::uint32_t elem;     // bytes an element (2: bf16)
+  std::uint32_t elem;     // bytes an element: 2 (bf16: 128-byte swizzle, NaN past the tensor)
+                          // or 1 (uint8: no swizzle, zeros past the tensor)
 };
 static_assert(sizeof(EmuTensorMap) <= sizeof(CUtensorMap));
 inline CUtensorMap encode_tensor_map(const EmuTensorMap& m) {
@@ -396,21 +398,27 @@ inline void bulk_tensor_load_2d(std::uint32_t dst, const CUtensorMap* map, int x
                                 std::uint32_t bar) {
   dcpmla_emu::EmuTensorMap m;
   std::memcpy(&m, map, sizeof m);
-  if (dst % 1024 != 0 || m.box[0] * m.elem != 128) {
-    dcpmla_emu::emu_fail("bulk copy: box not in 1024-byte-aligned 128-byte rows", dst);
+  const bool bf16 = m.elem == 2;  // the 128-byte swizzle; uint8 boxes land unswizzled
+  const std::uint32_t row_bytes = m.box[0] * m.elem;
+  if (bf16 ? (dst % 1024 != 0 || row_bytes != 128) : (m.elem != 1 || dst % 16 != 0)) {
+    dcpmla_emu::emu_fail(
+        "bulk copy: bf16 boxes of 128-byte rows at 1024-byte-aligned addresses, "
+        "or uint8 boxes at 16-byte-aligned ones",
+        dst, long(m.elem));
   }
   for (std::uint32_t r = 0; r < m.box[1]; ++r) {
     for (std::uint32_t c = 0; c < m.box[0]; ++c) {
       const std::uint64_t gx = std::uint64_t(x) + c, gy = std::uint64_t(y) + r;
-      std::uint16_t v = 0x7fc0;  // NaN past the tensor
+      std::uint16_t v = bf16 ? 0x7fc0 : 0;  // past the tensor: NaN (floats), zero (integers)
       if (x >= 0 && y >= 0 && gx < m.dims[0] && gy < m.dims[1]) {
-        std::memcpy(&v, m.base + gy * m.stride + gx * m.elem, 2);
+        std::memcpy(&v, m.base + gy * m.stride + gx * m.elem, m.elem);
       }
-      const std::uint32_t at = dcpmla_emu::swizzle128(dst + r * 128u + c * 2u);
-      std::memcpy(dcpmla_emu::shared_at(at, 2), &v, 2);
+      const std::uint32_t at = dst + r * row_bytes + c * m.elem;
+      std::memcpy(dcpmla_emu::shared_at(bf16 ? dcpmla_emu::swizzle128(at) : at, m.elem), &v,
+                  m.elem);
     }
   }
-  dcpmla_emu::mbarrier_complete_tx(bar, long(m.box[0]) * m.box[1] * m.elem);
+  dcpmla_emu::mbarrier_complete_tx(bar, long(row_bytes) * m.box[1]);
 }
 
 inline void wgmma_fence() {}

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "cuda/decode_ws_kernel.cuh"
 #include "emulated_decode.h"
@@ -116,6 +117,33 @@ TEST(TensorCoreEmulation, FlattenedAndNativeGiveTheSameBits) {
       const Result flattened = emulated_decode(sc, rank, flat, limits, DType::f32, run_v3);
       ASSERT_EQ(std::memcmp(native.out.data(), flattened.out.data(), native.out.size() * 4), 0);
       ASSERT_EQ(std::memcmp(native.lse.data(), flattened.lse.data(), native.lse.size() * 4), 0);
+    }
+  }
+}
+
+// The emulated bulk copy of a uint8 box (as wip/fp8-bulk-staging stages fp8 bytes): rows land
+// unswizzled, 64 bytes apart, with zeros past the tensor; the mbarrier completes on its bytes.
+TEST(TensorCoreEmulation, Uint8BoxLandsUnswizzledWithZerosPastTheTensor) {
+  std::vector<unsigned char> tensor(100 * 576);  // 100 rows of 576 bytes
+  for (std::size_t i = 0; i < tensor.size(); ++i) tensor[i] = static_cast<unsigned char>(i * 7 + 1);
+  const CUtensorMap map =
+      dcpmla_emu::encode_tensor_map({tensor.data(), {576, 100}, 576, {64, 8}, 1});
+  std::vector<unsigned char> got(8 * 64);
+  dcpmla_emu::run_grid(1, 32, 4096, [&] {
+    if (threadIdx.x != 0) return;
+    unsigned char* smem = emulated_shared_memory();
+    const std::uint32_t bar = tc::smem_addr(smem + 2048);
+    hopper::mbarrier_init(bar, 1);
+    hopper::mbarrier_arrive_expect_tx(bar, 8 * 64);
+    hopper::bulk_tensor_load_2d(tc::smem_addr(smem + 512), &map, 128, 96, bar);  // rows 96-103
+    hopper::mbarrier_wait(bar, 0);
+    std::memcpy(got.data(), smem + 512, got.size());
+  });
+  for (int r = 0; r < 8; ++r) {
+    for (int c = 0; c < 64; ++c) {
+      const int row = 96 + r;
+      const unsigned char want = row < 100 ? tensor[std::size_t(row) * 576 + 128 + c] : 0;
+      ASSERT_EQ(got[std::size_t(r) * 64 + c], want) << "row " << r << " byte " << c;
     }
   }
 }
