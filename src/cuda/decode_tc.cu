@@ -5,6 +5,7 @@
 #include "check.h"
 #include "decode_ws_kernel.cuh"
 #include "launch_config.h"
+#include "launch_plan.h"
 
 namespace dcpmla::cuda {
 namespace {
@@ -20,13 +21,6 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
   return encode;
-}
-
-// Pages of 16 tokens or more that hold whole 64-row boxes or fit in one (4 boxes a chunk at most,
-// none straddling a page). Block size 16 ran (128, 8192, 16, 1) in 450 us with the bulk copies
-// and 572 us with the threads' copies (2026-11-30).
-bool bulk_copies_fit(int block_size) {
-  return block_size >= 16 && (block_size % tc::kBoxRows == 0 || tc::kBoxRows % block_size == 0);
 }
 
 // L2 promotion of the bulk copies: a box row is one 128-byte line of a token's 1152 bytes, which

@@ -30,7 +30,7 @@ static __device__ const uint4 kFp8FillUnits[2] = {
     {0u, 0u, 0u, 0u}, {0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu}};
 constexpr std::uint32_t kStagedFp8 = kChunkBytes / 2;
 // Rows of a bulk copy box at most (the tensor map's box is 64 dims x min(block size, 64) rows).
-constexpr int kBoxRows = 64;
+constexpr int kBoxRows = kBulkBoxRows;
 
 // One output warpgroup's share of a KV tile (og 0: chunks 0-3 and 8, og 1: chunks 4-7): by its
 // threads, 2 per token, each copying 4 of the 8 16-byte units of every chunk; or by bulk copies.

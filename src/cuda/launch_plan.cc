@@ -71,6 +71,10 @@ PlanLimits gpu_plan_limits(const Batch& batch, const Sharding& sharding, int num
   return lim;
 }
 
+bool bulk_copies_fit(int block_size) {
+  return block_size >= 16 && (block_size % kBulkBoxRows == 0 || kBulkBoxRows % block_size == 0);
+}
+
 bool kv_mostly_shared(const Plan& plan, int tile_pairs) {
   const std::int64_t H = plan.config.num_heads;
   std::int64_t shared = 0, alone = 0;

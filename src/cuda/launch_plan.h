@@ -14,6 +14,8 @@ namespace dcpmla::cuda {
 inline constexpr int kTilePairs = 64;
 // KV tokens a decode thread block walks at a time (the kernels' kKeys).
 inline constexpr int kTileKeys = 64;
+// Rows of the decode's bulk-copy box at most (the kernels' kBoxRows).
+inline constexpr int kBulkBoxRows = 64;
 
 // One decode thread block: pairs [pair_begin, pair_begin + num_pairs) of one work item, where the
 // work item's pairs are its Q rows x H heads in row-major order (pair = j * H + h).
@@ -79,6 +81,12 @@ PlanLimits gpu_plan_limits(const Batch& batch, const Sharding& sharding, int num
 
 // Throws Error(unsupported) when a work item has more than INT32_MAX pairs.
 LaunchPlan build_launch_plan(const Plan& plan, int tile_pairs = kTilePairs);
+
+// Whether the decode's bf16 tiles of this block size come by bulk tensor copies: pages of 16
+// tokens or more that hold whole 64-row boxes or fit in one (4 boxes a chunk at most, none
+// straddling a page). Block size 16 ran (128, 8192, 16, 1) in 450 us with the bulk copies and
+// 572 us with the threads' copies (2026-11-30).
+bool bulk_copies_fit(int block_size);
 
 // Whether most of the plan's KV tokens are read by more than one thread block: those of work
 // items with more than tile_pairs (row, head) pairs, whose row tiles walk the same KV (from L2

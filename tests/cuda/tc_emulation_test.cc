@@ -21,11 +21,6 @@ namespace {
 
 using namespace emulated;
 
-// As decode_tc.cu: bulk copies for bf16 caches whose pages hold whole 64-row boxes or fit in one.
-bool bulk_copies_fit(int block_size) {
-  return block_size >= 16 && (block_size % 64 == 0 || 64 % block_size == 0);
-}
-
 template <tc::Cache C, bool Bulk>
 void run_ws(const TileRun& run) {
   DecodeParams p = run.p;
