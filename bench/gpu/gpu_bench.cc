@@ -21,6 +21,7 @@
 #include "dcpmla/error.h"
 #include "dcpmla/plan.h"
 #include "fill.cuh"
+#include "run_stamp.h"
 
 namespace dcpmla::bench {
 namespace {
@@ -308,7 +309,7 @@ int main(int argc, char** argv) {
   using namespace dcpmla;
   using namespace dcpmla::bench;
   CLI::App app{"dcpmla GPU decode benchmark"};
-  std::string out_path = "gpu_bench.json", filter, commit = "unknown", date = "unknown";
+  std::string out_path = "gpu_bench.json", filter, commit = "unknown", date = utc_now();
   int reps = 100;
   int index = -1, kv_chunk_blocks = 0;
   app.add_option("--out", out_path, "JSON output file");
@@ -328,7 +329,7 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--commit", commit, "commit recorded with the results");
-  app.add_option("--date", date, "date recorded with the results");
+  app.add_option("--date", date, "date recorded with the results (default: now, UTC)");
   CLI11_PARSE(app, argc, argv);
   try {
     if (!cuda_available()) {

@@ -11,14 +11,15 @@
 #include <string>
 
 #include "load_paths.h"
+#include "run_stamp.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"KV tile load paths: cp.async against TMA, into swizzled shared memory"};
-  std::string out = "load_bench.json", commit = "unknown", date = "unknown";
+  std::string out = "load_bench.json", commit = "unknown", date = dcpmla::bench::utc_now();
   int tiles = 400;
   app.add_option("--out", out, "JSON output");
   app.add_option("--commit", commit, "recorded with the results");
-  app.add_option("--date", date, "recorded with the results");
+  app.add_option("--date", date, "recorded with the results (default: now, UTC)");
   app.add_option("--tiles", tiles, "tiles per block")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   try {

@@ -10,14 +10,15 @@
 #include <string>
 
 #include "mma_paths.h"
+#include "run_stamp.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Tensor-core streams of the decode tile: S and P.V, shared memory or registers"};
-  std::string out = "mma_bench.json", commit = "unknown", date = "unknown";
+  std::string out = "mma_bench.json", commit = "unknown", date = dcpmla::bench::utc_now();
   int tiles = 2000;
   app.add_option("--out", out, "JSON output");
   app.add_option("--commit", commit, "recorded with the results");
-  app.add_option("--date", date, "recorded with the results");
+  app.add_option("--date", date, "recorded with the results (default: now, UTC)");
   app.add_option("--tiles", tiles, "tiles per warpgroup")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   try {

@@ -16,7 +16,6 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdlib>
-#include <ctime>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -29,18 +28,10 @@
 #include "grid.h"
 #include "measure.h"
 #include "report.h"
+#include "run_stamp.h"
 
 namespace dcpmla::bench {
 namespace {
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 std::string command_line(int argc, char** argv) {
   std::string cmd;
