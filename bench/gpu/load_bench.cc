@@ -26,18 +26,19 @@ int main(int argc, char** argv) {
     const auto report = dcpmla::bench::measure_load_paths(tiles);
     fmt::print("device {} ({} SMs): {} blocks x {} tiles of {} bytes\n", report.device,
                report.blocks, report.blocks, report.tiles, report.tile_bytes);
-    fmt::print("{:<20} {:<16} {:>5} {:>10} {:>12} {:>8}\n", "source", "path", "depth", "min_ms",
-               "us/tile/SM", "TB/s");
+    fmt::print("{:<20} {:<16} {:>5} {:>10} {:>12} {:>8} {:>14}\n", "source", "path", "depth",
+               "min_ms", "us/tile/SM", "TB/s", "issue cyc/tile");
     nlohmann::json rows = nlohmann::json::array();
     for (const auto& r : report.results) {
-      fmt::print("{:<20} {:<16} {:>5} {:>10.3f} {:>12.3f} {:>8.2f}\n", r.source, r.path, r.depth,
-                 r.ms_min, r.us_per_tile, r.tb_per_s);
+      fmt::print("{:<20} {:<16} {:>5} {:>10.3f} {:>12.3f} {:>8.2f} {:>14.0f}\n", r.source, r.path,
+                 r.depth, r.ms_min, r.us_per_tile, r.tb_per_s, r.issue_cycles_per_tile);
       rows.push_back({{"source", r.source},
                       {"path", r.path},
                       {"depth", r.depth},
                       {"min_ms", r.ms_min},
                       {"us_per_tile_per_block", r.us_per_tile},
-                      {"tb_per_s", r.tb_per_s}});
+                      {"tb_per_s", r.tb_per_s},
+                      {"issue_cycles_per_tile_thread0", r.issue_cycles_per_tile}});
     }
     const nlohmann::json j = {{"command", "dcpmla_load_bench"},
                               {"device", report.device},

@@ -5,7 +5,10 @@
 // 2 stages (2 is the decode kernel's lookahead) and does nothing else, so the time per tile is
 // the load path's own latency / throughput. Sources: pages spread over a region larger than L2
 // (HBM), a small region (L2-resident), and groups of 16 blocks reading the same page at the
-// same time (the compute-bound decode, where 16 row tiles of a request share its KV).
+// same time (the compute-bound decode, where 16 row tiles of a request share its KV). Also the
+// SM cycles the issuing thread spends in the instructions that issue a tile: whether a bulk
+// copy's issue holds its thread (and so its warpgroup) for about the transfer, and whether
+// spreading a tile's nine boxes over eight warps' lanes 0 shortens that.
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
@@ -29,7 +32,7 @@ constexpr std::uint32_t kChunkBytes = 64u * 128u;
 constexpr std::uint32_t kTileBytes = kChunks * kChunkBytes;  // 73728
 constexpr std::uint32_t kSmemBytes = 2 * kTileBytes + 64 + 1024;
 
-enum class Path { cp_async, tma, tma_evict_first };
+enum class Path { cp_async, tma, tma_evict_first, tma_spread };
 enum class Source { hbm, l2, shared16 };
 
 struct Params {
@@ -38,6 +41,7 @@ struct Params {
   int tiles;  // per block
   Source source;
   unsigned* sink;
+  unsigned long long* issue_cycles;  // [blocks]: thread 0's cycles issuing its copies, summed
 };
 
 __device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
@@ -80,18 +84,22 @@ __device__ __forceinline__ void issue_cp_async(const Params& p, std::int64_t pag
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
+// tma_spread: lane 0 of warp w issues chunks w and w + 8 (warp 0 also arrives with the bytes;
+// boxes landing before that arrival take the count below zero, which the mbarrier allows).
 template <Path P>
 __device__ __forceinline__ void issue_tma(const CUtensorMap& map, std::int64_t page,
                                           std::uint32_t s, std::uint32_t bar) {
+  const int warp = threadIdx.x >> 5;
   // The stage was last read through the generic proxy; the copies write through the async one.
   hopper::fence_proxy_async_shared();
-  hopper::mbarrier_arrive_expect_tx(bar, kTileBytes);
+  if (P != Path::tma_spread || warp == 0) hopper::mbarrier_arrive_expect_tx(bar, kTileBytes);
   std::uint64_t policy = 0;
   if constexpr (P == Path::tma_evict_first) {
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
   }
   const int row = int(page * kTokens);
   for (int c = 0; c < kChunks; ++c) {
+    if (P == Path::tma_spread && c % 8 != warp) continue;
     const std::uint32_t dst = s + c * kChunkBytes;
     if constexpr (P == Path::tma_evict_first) {
       asm volatile(
@@ -120,13 +128,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
+  unsigned long long issue_cycles = 0;
   auto issue = [&](int t) {
     const std::uint32_t s = base + std::uint32_t(t % Depth) * kTileBytes;
+    const std::int64_t page = page_of(p, t);
+    const long long t0 = clock64();
     if constexpr (P == Path::cp_async) {
-      issue_cp_async(p, page_of(p, t), s);
-    } else if (threadIdx.x == 0) {
-      issue_tma<P>(map, page_of(p, t), s, bars + 8u * std::uint32_t(t % Depth));
+      issue_cp_async(p, page, s);
+    } else if (P == Path::tma_spread ? (threadIdx.x & 31) == 0 : threadIdx.x == 0) {
+      issue_tma<P>(map, page, s, bars + 8u * std::uint32_t(t % Depth));
     }
+    issue_cycles += static_cast<unsigned long long>(clock64() - t0);
   };
   unsigned sum = 0;
   for (int t = 0; t < Depth && t < p.tiles; ++t) issue(t);
@@ -146,6 +158,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (t + Depth < p.tiles) issue(t + Depth);
   }
   if (sum == 0xffffffffu) *p.sink = sum;  // keeps the reads
+  if (threadIdx.x == 0) p.issue_cycles[blockIdx.x] = issue_cycles;
 }
 
 template <Path P, int Depth>
@@ -169,8 +182,16 @@ LoadResult run(const Params& p, const CUtensorMap& map, int blocks, const char* 
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
+  // Of the last run: thread 0's issue cycles a tile, averaged over the blocks.
+  std::vector<unsigned long long> cycles(blocks);
+  check_cuda(
+      cudaMemcpy(cycles.data(), p.issue_cycles, blocks * sizeof(cycles[0]), cudaMemcpyDeviceToHost),
+      "cudaMemcpy");
+  double issue = 0;
+  for (unsigned long long c : cycles) issue += double(c);
+  issue /= double(blocks) * p.tiles;
   const double bytes = double(blocks) * p.tiles * kTileBytes;
-  return {path, source, Depth, best, best * 1e3 / p.tiles, bytes / (best * 1e-3) / 1e12};
+  return {path, source, Depth, best, best * 1e3 / p.tiles, bytes / (best * 1e-3) / 1e12, issue};
 }
 
 }  // namespace
@@ -182,6 +203,8 @@ LoadReport measure_load_paths(int tiles) {
   const CUtensorMap& map = cache.map();
   unsigned* sink = nullptr;
   check_cuda(cudaMalloc(&sink, sizeof(unsigned)), "cudaMalloc");
+  unsigned long long* issue_cycles = nullptr;
+  check_cuda(cudaMalloc(&issue_cycles, blocks * sizeof(unsigned long long)), "cudaMalloc");
 
   LoadReport report{dev.name, blocks, tiles, kTileBytes, {}};
   const struct {
@@ -193,14 +216,17 @@ LoadReport measure_load_paths(int tiles) {
                  {Source::shared16, "16 blocks per page", kHbmPages}};
   auto& r = report.results;
   for (const auto& src : sources) {
-    const Params p{cache.data(), src.pages, tiles, src.source, sink};
+    const Params p{cache.data(), src.pages, tiles, src.source, sink, issue_cycles};
     r.push_back(run<Path::cp_async, 1>(p, map, blocks, "cp.async", src.name));
     r.push_back(run<Path::cp_async, 2>(p, map, blocks, "cp.async", src.name));
     r.push_back(run<Path::tma, 1>(p, map, blocks, "tma", src.name));
     r.push_back(run<Path::tma, 2>(p, map, blocks, "tma", src.name));
     r.push_back(run<Path::tma_evict_first, 2>(p, map, blocks, "tma evict_first", src.name));
+    r.push_back(run<Path::tma_spread, 1>(p, map, blocks, "tma 8 issuers", src.name));
+    r.push_back(run<Path::tma_spread, 2>(p, map, blocks, "tma 8 issuers", src.name));
   }
   cudaFree(sink);
+  cudaFree(issue_cycles);
   return report;
 }
 

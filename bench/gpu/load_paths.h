@@ -11,6 +11,7 @@ struct LoadResult {
   std::string path, source;
   int depth;  // stages in flight per block
   double ms_min, us_per_tile, tb_per_s;
+  double issue_cycles_per_tile;  // SM cycles thread 0 spends issuing a tile's copies
 };
 
 struct LoadReport {
