@@ -51,12 +51,14 @@ static_assert(kSmemBytes <= 227u * 1024u, "227 KiB of shared memory per block");
 constexpr double kSFlops = 2.0 * 64 * 64 * kDims;  // one tile's S
 constexpr double kPvFlops = 2.0 * 64 * 256 * 64;   // one tile's P.V of one output warpgroup
 
+constexpr int kTimingSlots = 10;
 struct Params {
   MmaRole roles[3];
   CopySource copy;
   std::int64_t pages;  // the copy source's pages of 64 tokens
   int tiles;
-  // [block][8]: per warpgroup {cycles, ns}, then the copies' {tiles, ns}
+  // [block][kTimingSlots]: per warpgroup {cycles, ns}, then the copies' {tiles, ns, SM cycles
+  // spent issuing them}
   long long* timing;
   float* sink;
 };
@@ -84,9 +86,11 @@ __device__ __forceinline__ std::int64_t copy_page(const Params& p, int t) {
   return (b * 7919 + std::int64_t(t) * 131) % p.pages;
 }
 
-// Tile t's copies into stage t % 2 (tile t - 2's have landed).
+// Tile t's copies into stage t % 2 (tile t - 2's have landed); the SM cycles spent issuing them
+// are added to *issue_cycles.
 __device__ __forceinline__ void issue_copy(const Params& p, const CUtensorMap& map,
-                                           std::uint32_t base, int t) {
+                                           std::uint32_t base, int t, long long* issue_cycles) {
+  const long long c0 = clock64();
   const std::uint32_t bar = base + kOffBars + 8u * std::uint32_t(t & 1);
   const std::uint32_t dst = base + kOffKv + std::uint32_t(t & 1) * kTileBytes;
   hopper::fence_proxy_async_shared();
@@ -95,6 +99,7 @@ __device__ __forceinline__ void issue_copy(const Params& p, const CUtensorMap& m
   for (int c = 0; c < kChunks; ++c) {
     hopper::bulk_tensor_load_2d(dst + c * kChunkBytes, &map, c * 64, row, bar);
   }
+  *issue_cycles += clock64() - c0;
 }
 __device__ __forceinline__ void copy_landed(std::uint32_t base, int t) {
   hopper::mbarrier_wait(base + kOffBars + 8u * std::uint32_t(t & 1), std::uint32_t(t >> 1) & 1u);
@@ -169,7 +174,8 @@ __device__ __forceinline__ void run_scores_in_halves(const Params& p, std::uint3
 // registers is not measured: ptxas serialises the m64n256 register-A wgmmas of this loop for want
 // of registers at the 168 a thread of a 384-thread block.)
 __device__ __forceinline__ void run_output(const Params& p, const CUtensorMap& map,
-                                           std::uint32_t base, int og, bool copies) {
+                                           std::uint32_t base, int og, bool copies,
+                                           long long* issue_cycles) {
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
@@ -188,7 +194,7 @@ __device__ __forceinline__ void run_output(const Params& p, const CUtensorMap& m
     hopper::pin_registers(o);
     if (copies && (threadIdx.x & 127) == 0) {
       if (t >= 2) copy_landed(base, t - 2);
-      issue_copy(p, map, base, t);
+      issue_copy(p, map, base, t, issue_cycles);
     }
   }
   if (copies && (threadIdx.x & 127) == 0) {
@@ -200,12 +206,12 @@ __device__ __forceinline__ void run_output(const Params& p, const CUtensorMap& m
 // Streams tiles into the stages, two in flight, until every active warpgroup is done (or, with
 // none active, for p.tiles tiles). Returns the tiles that landed.
 __device__ int run_copies(const Params& p, const CUtensorMap& map, std::uint32_t base,
-                          volatile int* done, int active) {
+                          volatile int* done, int active, long long* issue_cycles) {
   int issued = 0;
   for (;;) {
     if (active > 0 ? *done == active : issued == p.tiles) break;
     if (issued >= 2) copy_landed(base, issued - 2);
-    issue_copy(p, map, base, issued++);
+    issue_copy(p, map, base, issued++, issue_cycles);
   }
   for (int t = issued >= 2 ? issued - 2 : 0; t < issued; ++t) copy_landed(base, t);
   return issued;
@@ -239,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = threadIdx.x >> 7;
   int active = 0;
   for (int g = 0; g < 3; ++g) active += p.roles[g] != MmaRole::none;
-  long long* timing = p.timing + std::int64_t(blockIdx.x) * 8;
+  long long* timing = p.timing + std::int64_t(blockIdx.x) * kTimingSlots;
   int copier = -1;  // the warpgroup that streams the copies, -1: output warpgroup 1 per tile
   for (int g = 2; g >= 0; --g) {
     if (p.roles[g] == MmaRole::none) copier = g;
@@ -248,13 +254,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (role == MmaRole::none) {
     if (wg == copier && threadIdx.x == 128 * wg && p.copy != CopySource::none) {
       const long long t0 = global_ns();
-      const int tiles = run_copies(p, map, base, done, active);
+      long long issue_cycles = 0;
+      const int tiles = run_copies(p, map, base, done, active, &issue_cycles);
       timing[6] = tiles;
+      timing[8] = issue_cycles;
       timing[7] = global_ns() - t0;
     }
     return;
   }
   const bool copies_per_tile = copier < 0 && wg == 1 && p.copy != CopySource::none;
+  long long issue_cycles = 0;
   const long long c0 = clock64(), t0 = global_ns();
   auto run_role = [&](auto role_constant) {
     constexpr MmaRole kRole = decltype(role_constant)::value;
@@ -263,7 +272,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else if constexpr (kRole == MmaRole::s_halves) {
       run_scores_in_halves(p, base);
     } else if constexpr (kRole == MmaRole::pv_ss) {
-      run_output(p, map, base, wg == 2, copies_per_tile);
+      run_output(p, map, base, wg == 2, copies_per_tile, &issue_cycles);
     }
   };
   if (wg == 0) {
@@ -281,6 +290,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (copies_per_tile) {
       timing[6] = p.tiles;
       timing[7] = t1 - t0;
+      timing[8] = issue_cycles;
     }
   }
 }
@@ -315,8 +325,8 @@ MmaResult run(const MmaScenario& sc, Kernel kernel, const CUtensorMap& map, int 
            sink};
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
              "cudaFuncSetAttribute");
-  std::vector<long long> host(std::size_t(blocks) * 8);
-  MmaResult best{sc, {}, {}, 0.0, 0.0, 0.0};
+  std::vector<long long> host(std::size_t(blocks) * kTimingSlots);
+  MmaResult best{sc, {}, {}, 0.0, 0.0, 0.0, 0.0};
   double best_longest = 1e30;
   for (int rep = 0; rep < 4; ++rep) {
     check_cuda(cudaMemset(timing, 0, host.size() * sizeof(long long)), "cudaMemset");
@@ -327,13 +337,14 @@ MmaResult run(const MmaScenario& sc, Kernel kernel, const CUtensorMap& map, int 
         cudaMemcpy(host.data(), timing, host.size() * sizeof(long long), cudaMemcpyDeviceToHost),
         "cudaMemcpy");
     if (rep == 0) continue;  // warm-up
-    MmaResult r{sc, {}, {}, 0.0, 0.0, 0.0};
+    MmaResult r{sc, {}, {}, 0.0, 0.0, 0.0, 0.0};
     double longest = 0.0, cycles = 0.0, ns = 0.0, flops = 0.0, copy_bytes = 0.0, copy_ns = 0.0;
+    double copy_tiles = 0.0, issue_cycles = 0.0;
     for (int g = 0; g < 3; ++g) {
       if (sc.roles[g] == MmaRole::none) continue;
       double worst_ns = 0.0;
       for (int b = 0; b < blocks; ++b) {
-        const long long* t = host.data() + std::size_t(b) * 8;
+        const long long* t = host.data() + std::size_t(b) * kTimingSlots;
         worst_ns = std::max(worst_ns, double(t[2 * g + 1]));
         if (cycles == 0.0) {
           cycles = double(t[2 * g]);
@@ -347,14 +358,17 @@ MmaResult run(const MmaScenario& sc, Kernel kernel, const CUtensorMap& map, int 
       longest = std::max(longest, worst_ns);
     }
     for (int b = 0; b < blocks; ++b) {
-      const long long* t = host.data() + std::size_t(b) * 8;
+      const long long* t = host.data() + std::size_t(b) * kTimingSlots;
       copy_bytes += double(t[6]) * kTileBytes;
       copy_ns = std::max(copy_ns, double(t[7]));
+      copy_tiles += double(t[6]);
+      issue_cycles += double(t[8]);
     }
     if (longest == 0.0) longest = copy_ns;
     r.total_tflops = flops > 0.0 ? flops / (longest * 1e-9) / 1e12 : 0.0;
     r.copy_tb_per_s = copy_ns > 0.0 ? copy_bytes / (copy_ns * 1e-9) / 1e12 : 0.0;
     r.sm_mhz = ns > 0.0 ? cycles / ns * 1e3 : 0.0;
+    r.copy_issue_cycles = copy_tiles > 0.0 ? issue_cycles / copy_tiles : 0.0;
     if (longest < best_longest) {
       best_longest = longest;
       best = r;
@@ -372,7 +386,8 @@ MmaReport measure_mma_paths(int tiles) {
   const CUtensorMap& map = cache.map();
   long long* timing = nullptr;
   float* sink = nullptr;
-  check_cuda(cudaMalloc(&timing, std::size_t(blocks) * 8 * sizeof(long long)), "cudaMalloc");
+  check_cuda(cudaMalloc(&timing, std::size_t(blocks) * kTimingSlots * sizeof(long long)),
+             "cudaMalloc");
   check_cuda(cudaMalloc(&sink, sizeof(float)), "cudaMalloc");
 
   using R = MmaRole;

@@ -22,11 +22,12 @@ struct MmaScenario {
 
 struct MmaResult {
   MmaScenario scenario;
-  double us[3];          // each warpgroup's own time (the slowest block's), 0 for none
-  double tflops[3];      // each warpgroup's rate over all SMs
-  double total_tflops;   // all MMA FLOPs over the longest warpgroup time
-  double copy_tb_per_s;  // bytes the copy warp moved while the MMAs ran
-  double sm_mhz;         // clock cycles over elapsed time, warpgroup 0's (or 1's)
+  double us[3];              // each warpgroup's own time (the slowest block's), 0 for none
+  double tflops[3];          // each warpgroup's rate over all SMs
+  double total_tflops;       // all MMA FLOPs over the longest warpgroup time
+  double copy_tb_per_s;      // bytes the copy warp moved while the MMAs ran
+  double sm_mhz;             // clock cycles over elapsed time, warpgroup 0's (or 1's)
+  double copy_issue_cycles;  // SM cycles the issuing thread spends issuing a tile's 9 boxes
 };
 
 struct MmaReport {
