@@ -204,14 +204,14 @@ struct OutputLoader {
   // 64; 32-row boxes for block size 64 ran 1.2x slower: bench/NOTES.md, session 4).
   //
   // Pages smaller than a box (block size 16 or 32: 2 or 4 boxes a chunk) spread the boxes over the
-  // warpgroup's 4 warps (lane 0 of each issues every 4th box): issuing a bulk copy holds the
-  // issuing thread for about its transfer, and one thread issuing 16-20 boxes delayed the
-  // warpgroup's next P.V. Spread, block size 16 ran (128, 8192, 16, 1) 382 -> 343 us and (64,
-  // 4096, 128, 2) 410 -> 375, block size 32 the latter 308 -> 290 (medians, one H200, 2026-12-01);
-  // block size 64 (one box a chunk) gained nothing and Kimi's H 96 rank lost 3-6 %, so it keeps
-  // one issuing thread. The first issuer arrives with the whole byte count, so the phase cannot
-  // complete before every box is counted (boxes that land earlier take the count below zero
-  // meanwhile, which the mbarrier allows).
+  // warpgroup's 4 warps (lane 0 of each issues every 4th box): a box takes its issuing thread
+  // ~50 SM cycles alone, ~100 beside the decode's MMAs (load and mma benchmarks, 2026-12-01), so
+  // one thread issuing 16-20 boxes delayed the warpgroup's next P.V. Spread, block size 16 ran
+  // (128, 8192, 16, 1) 382 -> 343 us and (64, 4096, 128, 2) 410 -> 375, block size 32 the latter
+  // 308 -> 290 (medians, one H200, 2026-12-01); block size 64 (one box a chunk) gained nothing and
+  // Kimi's H 96 rank lost 3-6 %, so it keeps one issuing thread. The first issuer arrives with the
+  // whole byte count, so the phase cannot complete before every box is counted (boxes that land
+  // earlier take the count below zero meanwhile, which the mbarrier allows).
   __device__ __forceinline__ static bool spread_boxes(const DecodeParams& p) {
     return p.block_size < kBoxRows;
   }
