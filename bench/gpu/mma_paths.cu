@@ -15,8 +15,10 @@
 // first thread of a warpgroup without a role until the others are done, or, when every
 // warpgroup has one, by output warpgroup 1 after each of its P.V tiles (as the decode kernel
 // refills; a 4th warpgroup for the copies would cap the kernel at 128 registers a thread, too few
-// for the m64n256 accumulators). The data is finite and arbitrary; the copies overwrite stages
-// the MMAs read, which races by design (only the time is measured).
+// for the m64n256 accumulators). The "one copy in flight" scenarios time each tile from its issue
+// to its landing beside the MMA roles: the latency a 2-stage ring waits for between a stage's
+// last reader and the next tile's first MMA. The data is finite and arbitrary; the copies overwrite
+// stages the MMAs read, which races by design (only the time is measured).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -82,7 +84,7 @@ __device__ __forceinline__ void keep(const float (&d)[N], float* sink) {
 
 __device__ __forceinline__ std::int64_t copy_page(const Params& p, int t) {
   const std::int64_t b = blockIdx.x;
-  if (p.copy == CopySource::l2) return (b + t) % p.pages;
+  if (p.copy == CopySource::l2 || p.copy == CopySource::l2_landing) return (b + t) % p.pages;
   return (b * 7919 + std::int64_t(t) * 131) % p.pages;
 }
 
@@ -206,8 +208,19 @@ __device__ __forceinline__ void run_output(const Params& p, const CUtensorMap& m
 // Streams tiles into the stages, two in flight, until every active warpgroup is done (or, with
 // none active, for p.tiles tiles). Returns the tiles that landed.
 __device__ int run_copies(const Params& p, const CUtensorMap& map, std::uint32_t base,
-                          volatile int* done, int active, long long* issue_cycles) {
+                          volatile int* done, int active, long long* issue_cycles,
+                          long long* landing_cycles) {
   int issued = 0;
+  if (p.copy == CopySource::l2_landing || p.copy == CopySource::hbm_landing) {
+    // One tile in flight: the time from its issue to its landing, beside the other roles.
+    while (active > 0 ? *done != active : issued < p.tiles) {
+      const long long c0 = clock64();
+      issue_copy(p, map, base, issued, issue_cycles);
+      copy_landed(base, issued++);
+      *landing_cycles += clock64() - c0;
+    }
+    return issued;
+  }
   for (;;) {
     if (active > 0 ? *done == active : issued == p.tiles) break;
     if (issued >= 2) copy_landed(base, issued - 2);
@@ -254,10 +267,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (role == MmaRole::none) {
     if (wg == copier && threadIdx.x == 128 * wg && p.copy != CopySource::none) {
       const long long t0 = global_ns();
-      long long issue_cycles = 0;
-      const int tiles = run_copies(p, map, base, done, active, &issue_cycles);
+      long long issue_cycles = 0, landing_cycles = 0;
+      const int tiles = run_copies(p, map, base, done, active, &issue_cycles, &landing_cycles);
       timing[6] = tiles;
       timing[8] = issue_cycles;
+      timing[9] = landing_cycles;
       timing[7] = global_ns() - t0;
     }
     return;
@@ -319,14 +333,14 @@ MmaResult run(const MmaScenario& sc, Kernel kernel, const CUtensorMap& map, int 
               long long* timing, float* sink) {
   Params p{{sc.roles[0], sc.roles[1], sc.roles[2]},
            sc.copy,
-           sc.copy == CopySource::l2 ? 224 : kHbmPages,
+           sc.copy == CopySource::l2 || sc.copy == CopySource::l2_landing ? 224 : kHbmPages,
            tiles,
            timing,
            sink};
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
              "cudaFuncSetAttribute");
   std::vector<long long> host(std::size_t(blocks) * kTimingSlots);
-  MmaResult best{sc, {}, {}, 0.0, 0.0, 0.0, 0.0};
+  MmaResult best{sc, {}, {}, 0.0, 0.0, 0.0, 0.0, 0.0};
   double best_longest = 1e30;
   for (int rep = 0; rep < 4; ++rep) {
     check_cuda(cudaMemset(timing, 0, host.size() * sizeof(long long)), "cudaMemset");
@@ -337,9 +351,9 @@ MmaResult run(const MmaScenario& sc, Kernel kernel, const CUtensorMap& map, int 
         cudaMemcpy(host.data(), timing, host.size() * sizeof(long long), cudaMemcpyDeviceToHost),
         "cudaMemcpy");
     if (rep == 0) continue;  // warm-up
-    MmaResult r{sc, {}, {}, 0.0, 0.0, 0.0, 0.0};
+    MmaResult r{sc, {}, {}, 0.0, 0.0, 0.0, 0.0, 0.0};
     double longest = 0.0, cycles = 0.0, ns = 0.0, flops = 0.0, copy_bytes = 0.0, copy_ns = 0.0;
-    double copy_tiles = 0.0, issue_cycles = 0.0;
+    double copy_tiles = 0.0, issue_cycles = 0.0, landing_cycles = 0.0;
     for (int g = 0; g < 3; ++g) {
       if (sc.roles[g] == MmaRole::none) continue;
       double worst_ns = 0.0;
@@ -363,12 +377,14 @@ MmaResult run(const MmaScenario& sc, Kernel kernel, const CUtensorMap& map, int 
       copy_ns = std::max(copy_ns, double(t[7]));
       copy_tiles += double(t[6]);
       issue_cycles += double(t[8]);
+      landing_cycles += double(t[9]);
     }
     if (longest == 0.0) longest = copy_ns;
     r.total_tflops = flops > 0.0 ? flops / (longest * 1e-9) / 1e12 : 0.0;
     r.copy_tb_per_s = copy_ns > 0.0 ? copy_bytes / (copy_ns * 1e-9) / 1e12 : 0.0;
     r.sm_mhz = ns > 0.0 ? cycles / ns * 1e3 : 0.0;
     r.copy_issue_cycles = copy_tiles > 0.0 ? issue_cycles / copy_tiles : 0.0;
+    r.copy_landing_cycles = copy_tiles > 0.0 ? landing_cycles / copy_tiles : 0.0;
     if (longest < best_longest) {
       best_longest = longest;
       best = r;
@@ -408,6 +424,13 @@ MmaReport measure_mma_paths(int tiles) {
       scenario<R::s_rs, R::pv_ss, R::pv_ss>("S (Q in registers) + P.V x2 + copies (L2)", C::l2),
       scenario<R::none, R::none, R::none>("copies alone (L2)", C::l2),
       scenario<R::none, R::none, R::none>("copies alone (HBM)", C::hbm),
+      scenario<R::none, R::none, R::none>("one copy in flight alone (L2)", C::l2_landing),
+      scenario<R::none, R::none, R::none>("one copy in flight alone (HBM)", C::hbm_landing),
+      scenario<R::s_ss, R::none, R::none>("S + one copy in flight (L2)", C::l2_landing),
+      scenario<R::s_ss, R::s_ss, R::none>("two S + one copy in flight (L2)", C::l2_landing),
+      scenario<R::none, R::pv_ss, R::pv_ss>("P.V x2 + one copy in flight (L2)", C::l2_landing),
+      scenario<R::s_ss, R::pv_ss, R::none>("S + P.V + one copy in flight (L2)", C::l2_landing),
+      scenario<R::s_ss, R::pv_ss, R::none>("S + P.V + one copy in flight (HBM)", C::hbm_landing),
   };
   MmaReport report{dev.name, blocks, tiles, {}};
   for (const auto& [sc, kernel] : scenarios) {
