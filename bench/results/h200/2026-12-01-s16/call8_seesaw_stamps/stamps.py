@@ -1,3 +1,6 @@
+# Summarises seesaw stamps (DCPMLA_STAMPS builds of wip/seesaw-stamps): python3 stamps.py
+# [--refill-under-pv] <v>_stamps_r<k>.txt... (file names end in ss<kind>..., kind P or S). With
+# --refill-under-pv the other warpgroup's points come in the order of DCPMLA_SEESAW_REFILL_UNDER_PV.
 import sys, statistics as st, collections
 def load(path):
     d = collections.defaultdict(dict)
@@ -10,7 +13,11 @@ orders = {'P': {'own':[0,1,2,3,4], 'other':[5,6,7,8,11,12,13,9,10]},
 names = {0:'own start',1:'own retired',2:'m,l from other',3:'P published',4:'own P.V issued',
          5:'other start',6:'own P.V(i-1) retired',7:'kRetired (owner P.V(i-1))',8:'refill i+1 issued',
          9:'tile i+1 landed',10:'S(i+1) done',11:'P(i) ready seen',12:'P.V(i) issued',13:'P.V(i) retired'}
-for path, kind in [(a, a.split('/')[-1][2]) for a in sys.argv[1:]]:
+args = sys.argv[1:]
+if args and args[0] == '--refill-under-pv':
+    orders['P']['other'] = [5,6,7,11,12,8,13,9,10]
+    args = args[1:]
+for path, kind in [(a, a.split('/')[-1][2]) for a in args]:
     d = load(path)
     print('==', path)
     # period: owner step starts, per step i (owner w = i%2)
