@@ -60,7 +60,7 @@ struct Params {
   std::int64_t pages;  // the copy source's pages of 64 tokens
   int tiles;
   // [block][kTimingSlots]: per warpgroup {cycles, ns}, then the copies' {tiles, ns, SM cycles
-  // spent issuing them}
+  // spent issuing them, SM cycles from issue to landing (one in flight)}
   long long* timing;
   float* sink;
 };
@@ -82,9 +82,16 @@ __device__ __forceinline__ void keep(const float (&d)[N], float* sink) {
   if (s == 1234.5f) *sink = s;
 }
 
+__host__ __device__ constexpr bool from_l2(CopySource c) {
+  return c == CopySource::l2 || c == CopySource::l2_landing;
+}
+__host__ __device__ constexpr bool one_in_flight(CopySource c) {
+  return c == CopySource::l2_landing || c == CopySource::hbm_landing;
+}
+
 __device__ __forceinline__ std::int64_t copy_page(const Params& p, int t) {
   const std::int64_t b = blockIdx.x;
-  if (p.copy == CopySource::l2 || p.copy == CopySource::l2_landing) return (b + t) % p.pages;
+  if (from_l2(p.copy)) return (b + t) % p.pages;
   return (b * 7919 + std::int64_t(t) * 131) % p.pages;
 }
 
@@ -211,7 +218,7 @@ __device__ int run_copies(const Params& p, const CUtensorMap& map, std::uint32_t
                           volatile int* done, int active, long long* issue_cycles,
                           long long* landing_cycles) {
   int issued = 0;
-  if (p.copy == CopySource::l2_landing || p.copy == CopySource::hbm_landing) {
+  if (one_in_flight(p.copy)) {
     // One tile in flight: the time from its issue to its landing, beside the other roles.
     while (active > 0 ? *done != active : issued < p.tiles) {
       const long long c0 = clock64();
@@ -333,7 +340,7 @@ MmaResult run(const MmaScenario& sc, Kernel kernel, const CUtensorMap& map, int 
               long long* timing, float* sink) {
   Params p{{sc.roles[0], sc.roles[1], sc.roles[2]},
            sc.copy,
-           sc.copy == CopySource::l2 || sc.copy == CopySource::l2_landing ? 224 : kHbmPages,
+           from_l2(sc.copy) ? 224 : kHbmPages,
            tiles,
            timing,
            sink};
