@@ -19,6 +19,11 @@
 //                      kept) and completes at the first wait that retires it, which checks that
 //                      the bytes did not change meanwhile
 //
+// Not checked: a write to an MMA's operands by a thread that has not itself retired the MMA (nor
+// synchronised with one that has) but runs after another thread's retiring wait in the emulated
+// interleaving: the MMA is complete by then, so the write goes unnoticed where the GPU could race
+// (a refill's copy issued by thread 0 before its own wait slipped through; wip/seesaw-stamps).
+//
 // Every wait that cannot finish (a deadlock) aborts after kDeadlockSeconds with the barrier named.
 // The wgmma sums are deterministic but not the tensor cores' bits: results are compared with a
 // tolerance against the CPU backend, and bit for bit only between emulated runs.
