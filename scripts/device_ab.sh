@@ -5,28 +5,32 @@
 # --bench-args selects) --reps times per variant, variants alternating, so drift in the card's
 # clocks falls on all of them alike. Output under $OUT: <variant>_r<k>.{json,txt}, build logs,
 # summary.txt; packed into outputs.tgz by scripts/pack_outputs.sh. Compare two variants with
-# bench/results/h200/2026-12-01-s11/ab.py "<a>_r*.json" "<b>_r*.json".
+# bench/results/h200/2026-12-01-s11/ab.py "<a>_r*.json" "<b>_r*.json". One shape only:
+# --bench-args "--shape B,L,H,Q". --stamps builds the benchmarks with -DDCPMLA_STAMPS and sets
+# DCPMLA_STAMPS_OUT, so a variant whose kernel records per-step stamps (branch
+# wip/seesaw-stamps) writes <variant>_stamps_r<k>.txt; other variants ignore both.
 #
 # DIR holds one snapshot per variant (DIR/<variant>, made by scripts/snapshot.sh) and COMMIT, the
 # commit the variants start from; a variant's results carry "<COMMIT>-<variant>".
 #
 #   run (from the repository root): scripts/device_ab.sh DIR [--validate V] [--reps N]
-#                                   [--bench-args "ARGS"] VARIANT...
+#                                   [--bench-args "ARGS"] [--stamps] VARIANT...
 set -uo pipefail
 usage() {
-  echo "usage: $0 DIR [--validate VARIANT] [--reps N] [--bench-args ARGS] VARIANT..." >&2
+  echo "usage: $0 DIR [--validate VARIANT] [--reps N] [--bench-args ARGS] [--stamps] VARIANT..." >&2
   exit 2
 }
 [ $# -ge 2 ] || usage
 dir=$1
 shift
-validate="" reps=3 bench_args=""
+validate="" reps=3 bench_args="" stamps=0
 variants=()
 while [ $# -gt 0 ]; do
   case $1 in
     --validate) validate=${2:?--validate needs a variant}; shift 2 ;;
     --reps) reps=${2:?--reps needs a count}; shift 2 ;;
     --bench-args) bench_args=${2:?--bench-args needs arguments}; shift 2 ;;
+    --stamps) stamps=1; shift ;;
     -*) usage ;;
     *) variants+=("$1"); shift ;;
   esac
@@ -42,11 +46,14 @@ OUT=$(cd "$OUT" && pwd)
 export PATH="/usr/local/cuda/bin:$PATH"
 commit=$(cat "$dir/COMMIT" 2>/dev/null || echo unknown)
 log() { echo "== [${SECONDS}s] $*" | tee -a "$OUT/summary.txt"; }
+flags=""
+[ "$stamps" = 1 ] && flags="-DDCPMLA_STAMPS"
 
 for v in "${variants[@]}"; do
   [ "$v" = "$validate" ] && continue
   (cd "$dir/$v" && cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DDCPMLA_BUILD_TESTS=OFF > "$OUT/${v}_cmake.log" 2>&1 &&
+    -DDCPMLA_BUILD_TESTS=OFF -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_CUDA_FLAGS="$flags" \
+    > "$OUT/${v}_cmake.log" 2>&1 &&
     cmake --build build-gpu --target dcpmla_gpu_bench > "$OUT/${v}_build.log" 2>&1
   echo "$v build rc $?" >> "$OUT/summary.txt") &
 done
@@ -61,8 +68,10 @@ wait
 log "builds done"
 for rep in $(seq 1 "$reps"); do
   for v in "${variants[@]}"; do
+    stamp_env=()
+    [ "$stamps" = 1 ] && stamp_env=("DCPMLA_STAMPS_OUT=$OUT/${v}_stamps_r$rep.txt")
     # shellcheck disable=SC2086  # bench_args is a list of options
-    timeout 120 "$dir/$v/build-gpu/bench/gpu/dcpmla_gpu_bench" $bench_args \
+    env "${stamp_env[@]}" timeout 120 "$dir/$v/build-gpu/bench/gpu/dcpmla_gpu_bench" $bench_args \
       --commit "$commit-$v" --out "$OUT/${v}_r$rep.json" > "$OUT/${v}_r$rep.txt" 2>&1
     log "$v r$rep rc $?"
   done
