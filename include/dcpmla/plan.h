@@ -20,6 +20,11 @@ struct PlanLimits {
   int target_work_items = 0;
   // Never cut chunks smaller than this many blocks when choosing automatically.
   int min_chunk_blocks = 1;
+  // Empty, or one entry per request: a positive entry cuts that request's KV into chunks of this
+  // many blocks instead of the batch-wide chunk above (e.g. only the requests that would run in
+  // a GPU's last, partly filled wave of thread blocks: gpu_plan_limits); 0 keeps the batch-wide
+  // chunk.
+  std::vector<std::int32_t> request_chunk_blocks;
 };
 
 struct PlanConfig {

@@ -90,6 +90,16 @@ std::int64_t choose_chunk_blocks(const PlanLimits& lim, std::int64_t total_block
 void validate_batch(const Batch& batch, const PlanConfig& config) {
   validate_config(config);
   validate_layout(batch);
+  const auto& chunks = config.limits.request_chunk_blocks;
+  require(chunks.empty() || chunks.size() == std::size_t(batch.num_requests()),
+          ErrorCode::shape_mismatch, "limits.request_chunk_blocks",
+          fmt::format("empty or {} entries (one per request)", batch.num_requests()),
+          fmt::format("{} entries", chunks.size()));
+  for (std::size_t b = 0; b < chunks.size(); ++b) {
+    require(chunks[b] >= 0, ErrorCode::invalid_argument,
+            fmt::format("limits.request_chunk_blocks[{}]", b), ">= 0 (0 = the batch-wide chunk)",
+            std::to_string(chunks[b]));
+  }
   validate_block_table(batch, config);
 }
 
@@ -148,18 +158,21 @@ Plan make_plan(const Batch& batch, const PlanConfig& config) {
     const std::int32_t row_begin = batch.query_start_loc[b];
     const std::int32_t Q = batch.q_len(b);
     const std::int64_t local = plan.request_local_len[b];
-    // local < 2^31, and chunk_tokens < local when dividing: 32-bit division suffices.
-    const std::int64_t splits = local <= chunk_tokens ? 1
-                                                      : std::uint32_t(local + chunk_tokens - 1) /
-                                                            std::uint32_t(chunk_tokens);
+    const auto& own = config.limits.request_chunk_blocks;
+    const std::int64_t chunk = own.empty() || own[std::size_t(b)] == 0
+                                   ? chunk_tokens
+                                   : std::int64_t(own[std::size_t(b)]) * bs;
+    // local < 2^31, and chunk < local when dividing: 32-bit division suffices.
+    const std::int64_t splits =
+        local <= chunk ? 1 : std::uint32_t(local + chunk - 1) / std::uint32_t(chunk);
     if (splits == 1) {
       plan.work.push_back({b, row_begin, Q, 0, std::int32_t(local), -1});
       continue;
     }
     const auto first = std::int32_t(plan.num_partial_rows);
     for (std::int64_t s = 0; s < splits; ++s) {
-      const auto begin = s * chunk_tokens;
-      const auto end = std::min(local, begin + chunk_tokens);
+      const auto begin = s * chunk;
+      const auto end = std::min(local, begin + chunk);
       plan.work.push_back(
           {b, row_begin, Q, std::int32_t(begin), std::int32_t(end), std::int32_t(first + s * Q)});
     }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -12,6 +13,97 @@
 #include "dcpmla/error.h"
 
 namespace dcpmla::cuda {
+
+namespace {
+
+// Per-block fixed cost in tokens of a block's walk (its query rows, its output, the merge).
+constexpr double kBlockFixedTokens = 128;
+// Splitting: each split (row, head) pair writes 2 KiB of fp32 partial O and the merge reads it
+// back, ~1.2 ns a pair and split at ~3.5 TB/s, ~0.037 tokens of a block's walk. Without that term
+// the ragged L 4K H 128 mix was cut in 2: 642 us of decode + 215 of merge against 678 us unsplit
+// (ncu, 2026-12-01).
+constexpr double kTokensPerSplitPair = 0.037;
+
+// List scheduling of thread blocks on SMs (each block to the SM that frees first), as the GPU's
+// block scheduler runs a launch: `free` holds each SM's finishing time (a min-heap).
+struct SmClock {
+  std::vector<double> free;
+  explicit SmClock(int sms) : free(std::size_t(sms), 0.0) {}
+  void run(double cost, std::int64_t count) {
+    for (std::int64_t k = 0; k < count; ++k) {
+      std::pop_heap(free.begin(), free.end(), std::greater<>());
+      free.back() += cost;
+      std::push_heap(free.begin(), free.end(), std::greater<>());
+    }
+  }
+  double makespan() const { return *std::max_element(free.begin(), free.end()); }
+};
+
+// The requests a batch-wide chunk leaves unsplit and whose thread blocks would start in the last,
+// partly filled wave are cut further, each into `parts` chunks, when list scheduling (blocks in
+// the launch order: the longest walk first) says that finishes the batch clearly sooner.
+// Returns the per-request chunks (empty: no change). kv_blocks / blocks: per request, its KV
+// blocks and its thread blocks per work item; q_pairs: its (row, head) pairs.
+std::vector<std::int32_t> tail_split(const std::vector<std::int64_t>& kv_blocks,
+                                     const std::vector<std::int64_t>& blocks,
+                                     const std::vector<std::int64_t>& q_pairs, int block_size,
+                                     std::int64_t min_chunk, int sm_count) {
+  const std::size_t B = kv_blocks.size();
+  std::vector<std::size_t> order(B);
+  for (std::size_t b = 0; b < B; ++b) order[b] = b;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return kv_blocks[a] > kv_blocks[b]; });
+  std::int64_t total = 0;
+  for (std::size_t b = 0; b < B; ++b) total += blocks[b];
+  if (total <= sm_count) return {};
+  const std::int64_t tail_start = (total - 1) / sm_count * sm_count;  // first block of last wave
+  auto walk = [&](std::int64_t pages) { return double(pages * block_size) + kBlockFixedTokens; };
+  SmClock prefix(sm_count);
+  std::size_t first_tail = 0;  // in `order`
+  for (std::int64_t started = 0; first_tail < B; ++first_tail) {
+    const std::size_t b = order[first_tail];
+    if (started + blocks[b] > tail_start) break;
+    started += blocks[b];
+    prefix.run(walk(kv_blocks[b]), blocks[b]);
+  }
+  auto finish = [&](int parts, double& split_cost) {
+    // The tail's work items, longest walk first (as build_launch_plan orders them).
+    std::vector<std::pair<std::int64_t, std::int64_t>> items;  // (pages, thread blocks)
+    split_cost = 0;
+    for (std::size_t k = first_tail; k < B; ++k) {
+      const std::size_t b = order[k];
+      const std::int64_t chunk = std::max(min_chunk, (kv_blocks[b] + parts - 1) / parts);
+      const std::int64_t n = (kv_blocks[b] + chunk - 1) / chunk;
+      for (std::int64_t s = 0; s < n; ++s) {
+        items.emplace_back(std::min(chunk, kv_blocks[b] - s * chunk), blocks[b]);
+      }
+      if (n > 1) split_cost += kTokensPerSplitPair * double(n) * double(q_pairs[b]);
+    }
+    std::stable_sort(items.begin(), items.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    SmClock clock = prefix;
+    for (const auto& [pages, count] : items) clock.run(walk(pages), count);
+    return clock.makespan() + split_cost;
+  };
+  double unused = 0;
+  const double unsplit = finish(1, unused);
+  int best_parts = 1;
+  double best = unsplit;
+  for (int parts = 2; parts <= 16; ++parts) {
+    const double cost = finish(parts, unused);
+    if (cost < best) best = cost, best_parts = parts;
+  }
+  if (best_parts == 1 || best > 0.98 * unsplit) return {};
+  std::vector<std::int32_t> chunks(B, 0);
+  for (std::size_t k = first_tail; k < B; ++k) {
+    const std::size_t b = order[k];
+    const std::int64_t chunk = std::max(min_chunk, (kv_blocks[b] + best_parts - 1) / best_parts);
+    if (chunk < kv_blocks[b]) chunks[b] = std::int32_t(chunk);
+  }
+  return chunks;
+}
+
+}  // namespace
 
 PlanLimits gpu_plan_limits(const Batch& batch, const Sharding& sharding, int num_heads,
                            int block_size, int sm_count) {
@@ -35,11 +127,7 @@ PlanLimits gpu_plan_limits(const Batch& batch, const Sharding& sharding, int num
   // Estimated time of a chunk size, in tokens of one thread block's walk (a 64-token tile takes
   // about 2 us whether its MMAs or its loads bound it): waves of thread blocks x (the longest
   // block's tokens + a fixed cost of about two tiles: its query rows and its output), plus what
-  // splitting costs beyond that: each split (row, head) pair writes 2 KiB of fp32 partial O and
-  // the merge reads it back, ~1.2 ns a pair and split at ~3.5 TB/s, ~0.037 tokens. Without that
-  // term the ragged L 4K H 128 mix was cut in 2: 642 us of decode + 215 of merge against 678 us
-  // unsplit (ncu, 2026-12-01).
-  constexpr double kTokensPerSplitPair = 0.037;
+  // splitting costs beyond that (kTokensPerSplitPair).
   auto cost = [&](std::int64_t chunk) {
     std::int64_t thread_blocks = 0;
     double split_pairs = 0;
@@ -49,7 +137,7 @@ PlanLimits gpu_plan_limits(const Batch& batch, const Sharding& sharding, int num
       if (splits > 1) split_pairs += double(splits) * batch.q_len(b) * num_heads;
     }
     const std::int64_t waves = (thread_blocks + sm_count - 1) / sm_count;
-    return double(waves) * double(std::min(chunk, longest) * block_size + 128) +
+    return double(waves) * (double(std::min(chunk, longest) * block_size) + kBlockFixedTokens) +
            kTokensPerSplitPair * split_pairs;
   };
   PlanLimits lim;  // no split
@@ -67,7 +155,15 @@ PlanLimits gpu_plan_limits(const Batch& batch, const Sharding& sharding, int num
   }
   const auto chosen = std::find_if(options.begin(), options.end(),
                                    [&](const auto& o) { return o.second <= best_cost * 1.02; });
-  if (chosen->first < longest) lim.kv_chunk_blocks = int(chosen->first);
+  if (chosen->first < longest) {
+    lim.kv_chunk_blocks = int(chosen->first);
+    return lim;
+  }
+  // Unsplit: the requests of a partly filled last wave may still be cut (only they pay the merge).
+  std::vector<std::int64_t> q_pairs(blocks.size());
+  for (int b = 0; b < B; ++b) q_pairs[b] = std::int64_t(batch.q_len(b)) * num_heads;
+  lim.request_chunk_blocks =
+      tail_split(kv_blocks, blocks, q_pairs, block_size, min_chunk, sm_count);
   return lim;
 }
 

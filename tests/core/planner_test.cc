@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "dcpmla/error.h"
@@ -65,6 +66,10 @@ RandomProblem random_problem(std::mt19937_64& rng) {
       p.config.limits.kv_chunk_blocks = 1 + int(rng() % 4);
       p.config.limits.target_work_items = 1 + int(rng() % 32);
       break;
+  }
+  if (rng() % 3 == 0) {  // some requests cut by their own chunk (0: the batch-wide one)
+    p.config.limits.request_chunk_blocks.resize(std::size_t(B));
+    for (auto& k : p.config.limits.request_chunk_blocks) k = std::int32_t(rng() % 5);
   }
   return p;
 }
@@ -148,7 +153,10 @@ void check_plan_invariants(const Batch& b, const PlanConfig& c, const Plan& plan
       continue;
     }
     ASSERT_EQ(chunk % bs, 0);
-    if (c.limits.kv_chunk_blocks > 0) {
+    const auto& own = c.limits.request_chunk_blocks;
+    if (!own.empty() && own[std::size_t(r)] > 0) {
+      ASSERT_EQ(chunk, std::int64_t(own[std::size_t(r)]) * bs);
+    } else if (c.limits.kv_chunk_blocks > 0) {
       ASSERT_EQ(chunk, std::int64_t(c.limits.kv_chunk_blocks) * bs);
     } else {
       ASSERT_GE(chunk, std::int64_t(c.limits.min_chunk_blocks) * bs);
@@ -410,6 +418,40 @@ TEST(Planner, PlanLimitsValidation) {
   expect({.kv_chunk_blocks = -1}, "limits.kv_chunk_blocks");
   expect({.target_work_items = -2}, "limits.target_work_items");
   expect({.min_chunk_blocks = 0}, "limits.min_chunk_blocks");
+  expect({.request_chunk_blocks = {-1}}, "limits.request_chunk_blocks[0]");
+  PlanConfig cc = c;
+  cc.limits.request_chunk_blocks = {1, 1};  // two entries for one request
+  try {
+    make_plan(b, cc);
+    ADD_FAILURE() << "expected an error naming limits.request_chunk_blocks";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::shape_mismatch);
+    EXPECT_EQ(e.argument(), "limits.request_chunk_blocks");
+  }
+}
+
+TEST(Planner, RequestChunkCutsOnlyItsRequest) {
+  PlanConfig c;
+  c.sharding = {1, 0, 1};
+  c.num_heads = 2;
+  c.block_size = 4;
+  c.num_blocks = 100;
+  c.limits.request_chunk_blocks = {0, 2, 0};  // request 1 in chunks of 8 tokens
+  Batch b;
+  b.query_start_loc = {0, 1, 3, 4};
+  b.total_len = {40, 20, 40};
+  b.max_blocks = 10;
+  b.block_table.resize(30);
+  for (std::size_t i = 0; i < b.block_table.size(); ++i) b.block_table[i] = int(i);
+  const Plan plan = make_plan(b, c);
+  std::vector<std::tuple<int, int, int>> items;
+  for (const auto& w : plan.work) items.emplace_back(w.request, w.kv_begin, w.kv_end);
+  EXPECT_EQ(items, (std::vector<std::tuple<int, int, int>>{
+                       {0, 0, 40}, {1, 0, 8}, {1, 8, 16}, {1, 16, 20}, {2, 0, 40}}));
+  ASSERT_EQ(plan.merges.size(), 1u);
+  EXPECT_EQ(plan.merges[0].request, 1);
+  EXPECT_EQ(plan.merges[0].num_splits, 3);
+  EXPECT_EQ(plan.num_partial_rows, 3 * 2);
 }
 
 TEST(Planner, EmptyBatch) {

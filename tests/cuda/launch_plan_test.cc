@@ -355,5 +355,55 @@ TEST(CudaLaunchPlan, GpuPlanLimitsMinimiseWavesTimesChunk) {
   EXPECT_THROW(cuda::gpu_plan_limits(ragged, one, 64, 64, 0), Error);
 }
 
+Batch uniform_batch(int B, int Q, int T) {
+  Batch b;
+  b.query_start_loc.push_back(0);
+  for (int i = 0; i < B; ++i) {
+    b.query_start_loc.push_back(b.query_start_loc.back() + Q);
+    b.total_len.push_back(T);
+  }
+  b.max_blocks = 1;
+  b.block_table.assign(std::size_t(B), 0);
+  return b;
+}
+
+// Unsplit batches whose last wave of thread blocks is partly filled: only the requests that
+// would start in it are cut, into chunks that spread them over the SMs.
+TEST(CudaLaunchPlan, GpuPlanLimitsCutOnlyTheLastWavesRequests) {
+  const Sharding one{1, 0, 1};
+  // 136 requests of 4 thread blocks (H 128, Q 2) on 132 SMs: 544 blocks, 4 waves and 16
+  // blocks; the last 4 requests are cut, the others not.
+  PlanLimits lim = cuda::gpu_plan_limits(uniform_batch(136, 2, 4096), one, 128, 64, 132);
+  EXPECT_EQ(lim.kv_chunk_blocks, 0);
+  ASSERT_EQ(lim.request_chunk_blocks.size(), 136u);
+  for (int b = 0; b < 136; ++b) {
+    if (b < 132) {
+      EXPECT_EQ(lim.request_chunk_blocks[b], 0) << b;
+    } else {
+      EXPECT_GT(lim.request_chunk_blocks[b], 0) << b;
+      EXPECT_LT(lim.request_chunk_blocks[b], 64) << b;
+    }
+  }
+  // Full waves (132 requests of 4 blocks): nothing to cut.
+  lim = cuda::gpu_plan_limits(uniform_batch(132, 2, 4096), one, 128, 64, 132);
+  EXPECT_TRUE(lim.request_chunk_blocks.empty());
+  // A last wave nearly full (1024 blocks: 7 waves and 100 blocks): cutting does not pay.
+  lim = cuda::gpu_plan_limits(uniform_batch(64, 8, 4096), one, 128, 64, 132);
+  EXPECT_TRUE(lim.request_chunk_blocks.empty());
+  // The plan cuts exactly those requests (and the merge covers them).
+  Batch b = uniform_batch(136, 2, 4096);
+  b.max_blocks = 64;
+  b.block_table.assign(std::size_t(136) * 64, 0);
+  PlanConfig cfg;
+  cfg.sharding = one;
+  cfg.num_heads = 128;
+  cfg.block_size = 64;
+  cfg.num_blocks = 1;
+  cfg.limits = cuda::gpu_plan_limits(b, one, 128, 64, 132);
+  const Plan plan = make_plan(b, cfg);
+  ASSERT_EQ(plan.merges.size(), 4u);
+  for (const SplitMerge& m : plan.merges) EXPECT_GE(m.request, 132);
+}
+
 }  // namespace
 }  // namespace dcpmla
