@@ -24,7 +24,7 @@ struct PlanLimits {
   // many blocks instead of the batch-wide chunk above (e.g. only the requests that would run in
   // a GPU's last, partly filled wave of thread blocks: gpu_plan_limits); 0 keeps the batch-wide
   // chunk.
-  std::vector<std::int32_t> request_chunk_blocks;
+  std::vector<std::int32_t> request_chunk_blocks = {};
 };
 
 struct PlanConfig {
