@@ -303,18 +303,21 @@ TEST(CudaLaunchPlan, EmptyRankHasEmptyTiles) {
   EXPECT_EQ(lp.tiles[0].kv_visible_end, 0);
 }
 
+// B requests of Q rows and T tokens (one block-table column: gpu_plan_limits reads no ids).
+Batch uniform_batch(int B, int Q, int T) {
+  Batch b;
+  b.query_start_loc.push_back(0);
+  for (int i = 0; i < B; ++i) {
+    b.query_start_loc.push_back(b.query_start_loc.back() + Q);
+    b.total_len.push_back(T);
+  }
+  b.max_blocks = 1;
+  b.block_table.assign(std::size_t(B), 0);
+  return b;
+}
+
 TEST(CudaLaunchPlan, GpuPlanLimitsMinimiseWavesTimesChunk) {
-  auto uniform = [](int B, int Q, int T) {
-    Batch b;
-    b.query_start_loc.push_back(0);
-    for (int i = 0; i < B; ++i) {
-      b.query_start_loc.push_back(b.query_start_loc.back() + Q);
-      b.total_len.push_back(T);
-    }
-    b.max_blocks = 1;
-    b.block_table.assign(std::size_t(B), 0);
-    return b;
-  };
+  const auto uniform = uniform_batch;
   const Sharding one{1, 0, 1};
   // H = 128, Q = 8: 16 thread blocks per request, 1024 in all: no split.
   PlanLimits lim = cuda::gpu_plan_limits(uniform(64, 8, 4096), one, 128, 64, 132);
@@ -353,18 +356,6 @@ TEST(CudaLaunchPlan, GpuPlanLimitsMinimiseWavesTimesChunk) {
   ragged.query_start_loc = {0, 1, 4};
   EXPECT_THROW(cuda::gpu_plan_limits(ragged, one, 0, 64, 132), Error);
   EXPECT_THROW(cuda::gpu_plan_limits(ragged, one, 64, 64, 0), Error);
-}
-
-Batch uniform_batch(int B, int Q, int T) {
-  Batch b;
-  b.query_start_loc.push_back(0);
-  for (int i = 0; i < B; ++i) {
-    b.query_start_loc.push_back(b.query_start_loc.back() + Q);
-    b.total_len.push_back(T);
-  }
-  b.max_blocks = 1;
-  b.block_table.assign(std::size_t(B), 0);
-  return b;
 }
 
 // Unsplit batches whose last wave of thread blocks is partly filled: only the requests that
