@@ -66,10 +66,11 @@ std::vector<std::int32_t> tail_split(const std::vector<std::int64_t>& kv_blocks,
     started += blocks[b];
     prefix.run(walk(kv_blocks[b]), blocks[b]);
   }
-  auto finish = [&](int parts, double& split_cost) {
+  // The batch's finishing time (plus the splits' cost) with each tail request cut in `parts`.
+  auto finish = [&](int parts) {
     // The tail's work items, longest walk first (as build_launch_plan orders them).
     std::vector<std::pair<std::int64_t, std::int64_t>> items;  // (pages, thread blocks)
-    split_cost = 0;
+    double split_cost = 0;
     for (std::size_t k = first_tail; k < B; ++k) {
       const std::size_t b = order[k];
       const std::int64_t chunk = std::max(min_chunk, (kv_blocks[b] + parts - 1) / parts);
@@ -85,12 +86,11 @@ std::vector<std::int32_t> tail_split(const std::vector<std::int64_t>& kv_blocks,
     for (const auto& [pages, count] : items) clock.run(walk(pages), count);
     return clock.makespan() + split_cost;
   };
-  double unused = 0;
-  const double unsplit = finish(1, unused);
+  const double unsplit = finish(1);
   int best_parts = 1;
   double best = unsplit;
   for (int parts = 2; parts <= 16; ++parts) {
-    const double cost = finish(parts, unused);
+    const double cost = finish(parts);
     if (cost < best) best = cost, best_parts = parts;
   }
   if (best_parts == 1 || best > 0.98 * unsplit) return {};
