@@ -50,6 +50,14 @@
 #define DCPMLA_NARROW_PAIRS 16
 #endif
 
+// Full tiles: output warpgroup 1 issues its P.V of tile i only once warpgroup 0's is done, so
+// the chunks warpgroup 0 refills (0-3 and the rope: the ones S of tile i + 2 reads first) free
+// earlier; S of tile i + 1 waits for warpgroup 0's P.V issue alone (1 on, 0 off: both halves at
+// once, as before).
+#ifndef DCPMLA_PV_IN_TURN
+#define DCPMLA_PV_IN_TURN 1
+#endif
+
 namespace dcpmla::cuda {
 namespace ws {
 
@@ -72,6 +80,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // ((64, 4096, 128, 1) 180 -> 151 us, Q = 8 2-4 % faster; the memory-bound H = 16 shapes, with
   // a quarter of a tile, ran 2-4 % slower with it: 2026-11-30).
   const bool o_first = tile.num_pairs == kPairs;
+  const bool in_turn = DCPMLA_PV_IN_TURN && o_first;
+  // kOIssued: output warpgroup 1 arrives too unless it waits for warpgroup 0's P.V.
+  const int o_issued_threads = in_turn ? 256 : kThreads;
   // The thread's two accumulator rows (the same in S and in O).
   const int rows[2] = {16 * warp + (lane >> 2), 16 * warp + (lane >> 2) + 8};
 
@@ -187,7 +198,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       named_barrier_arrive(kPReady, kThreads);
       // S of the next tile.
       if (i + 1 < n) {
-        if (o_first) named_barrier_sync(kOIssued, kThreads);
+        if (o_first) named_barrier_sync(kOIssued, o_issued_threads);
         issue_scores(s, i + 1);
         hopper::wgmma_wait<0>();
         hopper::pin_registers(s);
@@ -213,6 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       refill.read_ahead(i);
       refill.before_p(i);
       named_barrier_sync(kPReady, kThreads);
+      if (in_turn && og == 1) named_barrier_sync(kPvFirstDone, 256);
       const float f0 = sm.factors[rows[0]], f1 = sm.factors[rows[1]];
       if (__any_sync(0xffffffffu, f0 != 1.0f || f1 != 1.0f)) {
 #pragma unroll
@@ -232,10 +244,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         hopper::wgmma_m64n256k16_ss_tb(o, desc_p + ks * 2, desc_v + ks * (16 * 128 >> 4), true);
       }
       hopper::wgmma_commit();
-      if (o_first && i + 1 < n) named_barrier_arrive(kOIssued, kThreads);
+      if (o_first && i + 1 < n && !(in_turn && og == 1)) {
+        named_barrier_arrive(kOIssued, o_issued_threads);
+      }
       refill.while_pv(i);
       hopper::wgmma_wait<0>();
       hopper::pin_registers(o);
+      if (in_turn && og == 0) named_barrier_arrive(kPvFirstDone, 256);
       if (i + 1 < n) named_barrier_arrive(kPFree, kThreads);
       refill.after_pv(i);
     }
