@@ -56,7 +56,7 @@ std::vector<std::int32_t> tail_split(const std::vector<std::int64_t>& kv_blocks,
   const std::size_t B = kv_blocks.size();
   std::int64_t total = 0;
   for (std::size_t b = 0; b < B; ++b) total += blocks[b];
-  // One wave has no tail to cut; past 8 waves the last one is at most 1/8 of the time, and the
+  // One wave has no tail to cut; past kMaxTailWaves the last wave is a small share, and the
   // simulation would cost the host more than it could save (~1.6 ms at 4096 requests).
   if (total <= sm_count || total > kMaxTailWaves * std::int64_t(sm_count)) return {};
   std::vector<std::size_t> order(B);
@@ -98,7 +98,7 @@ std::vector<std::int32_t> tail_split(const std::vector<std::int64_t>& kv_blocks,
   double best = unsplit;
   for (int parts = 2; parts <= kMaxTailParts; ++parts) {
     const double cost = finish(parts);
-    if (cost >= best && parts > best_parts + 1) break;  // past the best by two: it only grows
+    if (cost >= best && parts > best_parts + 1) break;  // two past the best: taken as rising
     if (cost < best) best = cost, best_parts = parts;
   }
   if (best_parts == 1 || best > 0.98 * unsplit) return {};
