@@ -15,10 +15,13 @@
 //
 // So S of tile i + 1 and its softmax run while the output warpgroups multiply P of tile i into V,
 // and the tensor cores see the two streams interleaved. Hand-offs between the warpgroups use named
-// barriers, each used by all 384 threads (one side arrives, the other waits):
-//   kPReady   scores -> output   P(i) and the factors of tile i are in shared memory
-//   kPFree    output -> scores   P.V of tile i is done: P may be overwritten
-//   kOIssued  output -> scores   P.V of tile i is issued (full tiles: S of tile i + 1 waits)
+// barriers, each used by all 384 threads (one side arrives, the other waits) unless noted:
+//   kPReady       scores -> output  P(i) and the factors of tile i are in shared memory
+//   kPFree        output -> scores  P.V of tile i is done: P may be overwritten
+//   kOIssued      output -> scores  P.V of tile i is issued (full tiles: S of tile i + 1 waits;
+//                                   full fp8 tiles: warpgroups 0 and 1 only)
+//   kPvFirstDone  1 -> 2            full fp8 tiles, warpgroups 1 and 2 only: warpgroup 1's P.V
+//                                   of tile i is done (warpgroup 2 then issues its own)
 // The loads of a stage are tracked by two mbarriers, one per output warpgroup (count 1), which
 // the scores warpgroup waits on directly, chunk set by chunk set (kv_tile_loader.cuh: bulk tensor
 // copies for bf16 tiles inside the visible range, the threads' copies otherwise).
@@ -50,6 +53,16 @@
 #define DCPMLA_NARROW_PAIRS 16
 #endif
 
+// Full fp8 tiles: output warpgroup 1 issues its P.V of tile i only once warpgroup 0's is done,
+// so the chunks warpgroup 0 refills (0-3 and the rope: the ones S of tile i + 2 reads first) free
+// earlier; S of tile i + 1 then waits for warpgroup 0's P.V issue alone (1 on, 0 off: both halves
+// at once). One H200, 4 runs each (2026-12-02): the fp8 wide shapes 3-5 % faster, every bf16 wide
+// shape 5-10 % slower, so bf16 keeps both halves at once (a likely reason: fp8 tiles land by the
+// output warpgroups' own copies, which take them far longer to issue than bf16's bulk copies).
+#ifndef DCPMLA_PV_IN_TURN
+#define DCPMLA_PV_IN_TURN 1
+#endif
+
 namespace dcpmla::cuda {
 namespace ws {
 
@@ -72,6 +85,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // ((64, 4096, 128, 1) 180 -> 151 us, Q = 8 2-4 % faster; the memory-bound H = 16 shapes, with
   // a quarter of a tile, ran 2-4 % slower with it: 2026-11-30).
   const bool o_first = tile.num_pairs == kPairs;
+  const bool in_turn = DCPMLA_PV_IN_TURN && C == Cache::fp8 && o_first;
+  // kOIssued: the second output warpgroup (og 1) arrives too unless it waits for og 0's P.V.
+  const int o_issued_threads = in_turn ? 256 : kThreads;
   // The thread's two accumulator rows (the same in S and in O).
   const int rows[2] = {16 * warp + (lane >> 2), 16 * warp + (lane >> 2) + 8};
 
@@ -187,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       named_barrier_arrive(kPReady, kThreads);
       // S of the next tile.
       if (i + 1 < n) {
-        if (o_first) named_barrier_sync(kOIssued, kThreads);
+        if (o_first) named_barrier_sync(kOIssued, o_issued_threads);
         issue_scores(s, i + 1);
         hopper::wgmma_wait<0>();
         hopper::pin_registers(s);
@@ -213,6 +229,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       refill.read_ahead(i);
       refill.before_p(i);
       named_barrier_sync(kPReady, kThreads);
+      if (in_turn && og == 1) named_barrier_sync(kPvFirstDone, 256);
       const float f0 = sm.factors[rows[0]], f1 = sm.factors[rows[1]];
       if (__any_sync(0xffffffffu, f0 != 1.0f || f1 != 1.0f)) {
 #pragma unroll
@@ -232,10 +249,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         hopper::wgmma_m64n256k16_ss_tb(o, desc_p + ks * 2, desc_v + ks * (16 * 128 >> 4), true);
       }
       hopper::wgmma_commit();
-      if (o_first && i + 1 < n) named_barrier_arrive(kOIssued, kThreads);
+      if (o_first && i + 1 < n && !(in_turn && og == 1)) {
+        named_barrier_arrive(kOIssued, o_issued_threads);
+      }
       refill.while_pv(i);
       hopper::wgmma_wait<0>();
       hopper::pin_registers(o);
+      if (in_turn && og == 0) named_barrier_arrive(kPvFirstDone, 256);
       if (i + 1 < n) named_barrier_arrive(kPFree, kThreads);
       refill.after_pv(i);
     }

@@ -17,6 +17,7 @@ constexpr int kPReady = 1, kPFree = 2;  // named barriers
 constexpr int kLoaded = 3;              // kLoaded + og: an output warpgroup's copies landed
 constexpr int kOIssued = 5;             // output -> scores: P.V of tile i is issued (o_first)
 constexpr int kScoresReduce = 6;        // the scores warpgroup alone (narrow tiles' reductions)
+constexpr int kPvFirstDone = 7;         // output warpgroup 0 -> 1 (full fp8 tiles): its P.V is done
 
 constexpr std::uint32_t kOffQ = 0;
 constexpr std::uint32_t kOffKv = kOffQ + kTileBytes;
