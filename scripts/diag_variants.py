@@ -12,8 +12,10 @@ that changed since an edit was written stops the script instead of timing someth
 
 Edits (bench/NOTES.md, session 18, has what they measured on main 7768784):
   nopv      the output warpgroups issue no P.V wgmma (barriers, waits and refills kept)
-  nos       the scores warpgroup issues no S wgmma (its chunk-set waits kept; ptxas then spills
-            ~140 bytes, with nopv too ~224)
+  nos       the scores warpgroup issues no S wgmma (its chunk-set waits kept) and its scores
+            are zeros (ptxas then spills ~200 bytes). Without the zeros (session 18, calls 6-9)
+            the scores were whatever the registers held, and the same SASS timed -30 % in one
+            call and +14 % in another (rescales and factors follow the garbage)
   noexp     the softmax without its exp2 (P = S scale - m)
   nomax     the softmax without the row max over a tile's scores
   nofence   no proxy fence before P's publication (races)
@@ -33,7 +35,12 @@ EDITS = {
     "nos": [(KERNEL,
              "        hopper::wgmma_m64n64k16_ss(acc, desc_q + off, desc_k + off, ks > 0);",
              "        if (ks == 0) hopper::pin_registers(acc);  // DIAGNOSTIC: no S\n"
-             "        (void)off;")],
+             "        (void)off;"),
+            (KERNEL,
+             "    float s[32];\n",
+             "    float s[32];\n"
+             "#pragma unroll\n"
+             "    for (int k = 0; k < 32; ++k) s[k] = 0.0f;  // DIAGNOSTIC: scores of zero\n")],
     "noexp": [(KERNEL,
                "const float p0 = fast_exp2(fmaf(s[4 * j + 2 * r], scale_log2, -m_use[r]));",
                "const float p0 = fmaf(s[4 * j + 2 * r], scale_log2, -m_use[r]);  // DIAGNOSTIC"),
