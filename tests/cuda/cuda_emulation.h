@@ -10,12 +10,14 @@
 #include <cuda_runtime.h>  // vector types; with a host compiler the qualifiers are empty
 
 #include <algorithm>
+#include <array>
 #include <barrier>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -25,6 +27,29 @@ namespace dcpmla_emu {
 
 inline thread_local uint3 thread_idx{0, 0, 0};
 inline thread_local uint3 block_idx{0, 0, 0};
+
+// Happens-before, for tc_emulation.h's check of writes to MMA operands: a thread's clock counts,
+// per warpgroup, the MMAs whose completion the thread is ordered after (by its own wait, or
+// through barriers from threads that waited). __syncthreads joins every thread's clock; the
+// named barriers and mbarriers of tc_emulation.h join their arrivals' clocks into their waiters'.
+// __syncwarp is not tracked (it would cost a lock per shuffle), so a kernel that orders an
+// operand write after another lane's wait by __syncwarp alone is reported.
+using Clock = std::array<int, 4>;
+inline thread_local Clock hb_clock{};
+inline void join_clock(Clock& into, const Clock& from) {
+  for (std::size_t w = 0; w < into.size(); ++w) into[w] = std::max(into[w], from[w]);
+}
+// The join of the clocks of one __syncthreads phase (two slots: a slot is rewritten two phases
+// later, after every thread has read it).
+struct ClockExchange {
+  std::mutex mutex;
+  std::uint64_t phase[2] = {~0ull, ~0ull};
+  Clock joined[2]{};
+};
+inline thread_local std::uint64_t syncthreads_passed = 0;
+// Called by one thread while the others wait, before each block (tc_emulation.h resets what it
+// tracks per block there).
+inline void (*before_each_block)() = nullptr;
 
 struct Block {
   Block(int threads, std::size_t shared_bytes) : all(threads) {
@@ -37,6 +62,7 @@ struct Block {
     shared.assign(shared_bytes, 0xff);
   }
   std::barrier<> all;
+  ClockExchange all_clocks;
   std::vector<std::unique_ptr<std::barrier<>>> warps;
   std::vector<std::vector<std::uint32_t>> slots;
   std::vector<unsigned char> shared;  // operator new: 16-byte aligned
@@ -57,6 +83,11 @@ inline void run_grid(int num_blocks, int threads, std::size_t shared_bytes,
       thread_idx = {unsigned(t), 0, 0};
       for (int i = 0; i < num_blocks; ++i) {
         block_idx = {unsigned(i), 0, 0};
+        hb_clock = {};
+        if (before_each_block != nullptr) {
+          if (t == 0) before_each_block();
+          b.all.arrive_and_wait();
+        }
         kernel();
         b.all.arrive_and_wait();  // the next block reuses shared memory
       }
@@ -79,7 +110,22 @@ inline unsigned char* emulated_shared_memory() {
   return dcpmla_emu::block->shared.data();
 }
 inline void __syncthreads() {
-  dcpmla_emu::block->all.arrive_and_wait();
+  using namespace dcpmla_emu;
+  ClockExchange& x = block->all_clocks;
+  const std::uint64_t phase = syncthreads_passed++;
+  const int slot = int(phase & 1);
+  {
+    std::lock_guard lk(x.mutex);
+    if (x.phase[slot] != phase) {
+      x.phase[slot] = phase;
+      x.joined[slot] = hb_clock;
+    } else {
+      join_clock(x.joined[slot], hb_clock);
+    }
+  }
+  block->all.arrive_and_wait();
+  std::lock_guard lk(x.mutex);
+  join_clock(hb_clock, x.joined[slot]);
 }
 inline void __syncwarp(unsigned = 0xffffffffu) {
   dcpmla_emu::block->warps[dcpmla_emu::warp_of_thread()]->arrive_and_wait();

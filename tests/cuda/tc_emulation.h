@@ -18,11 +18,13 @@
 //                      the warpgroup's MMA starts when its last thread issues it (its operand bytes
 //                      kept) and completes at the first wait that retires it, which checks that
 //                      the bytes did not change meanwhile
-//
-// Not checked: a write to an MMA's operands by a thread that has not itself retired the MMA (nor
-// synchronised with one that has) but runs after another thread's retiring wait in the emulated
-// interleaving: the MMA is complete by then, so the write goes unnoticed where the GPU could race
-// (a refill's copy issued by thread 0 before its own wait slipped through; wip/seesaw-stamps).
+//   operand writes     a bulk copy, cp.async or st.shared into an operand of an MMA aborts unless
+//                      the writing thread is ordered after that MMA's completion: by its own wait,
+//                      or through a named barrier, mbarrier or __syncthreads from a thread that
+//                      waited (happens-before clocks, cuda_emulation.h). This catches what the
+//                      check at completion cannot: a write by a thread that never waited, run
+//                      after another thread's retiring wait in the emulated interleaving (a
+//                      refill issued by thread 0 before its own wait; wip/seesaw-stamps).
 //
 // Every wait that cannot finish (a deadlock) aborts after kDeadlockSeconds with the barrier named.
 // The wgmma sums are deterministic but not the tensor cores' bits: results are compared with a
@@ -33,6 +35,7 @@
 // The emulation shims must come first.
 #include <cuda.h>  // CUtensorMap
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -95,12 +98,16 @@ struct SyncState {
   struct Named {
     int arrived = 0, expected = 0;
     std::uint64_t generation = 0;
-    std::map<unsigned, std::uint64_t> last;  // thread -> generation + 1 of its last arrival
+    std::map<unsigned, std::uint64_t> last;   // thread -> generation + 1 of its last arrival
+    Clock joined{};                           // the arrivals' clocks, this phase
+    std::map<std::uint64_t, Clock> released;  // generation -> its arrivals' clocks
   } named[16];
   struct MBarrier {
     int expected = 0, pending = 0;
     long tx = 0;
-    std::uint64_t phase = 0;  // completed phases
+    std::uint64_t phase = 0;                  // completed phases
+    Clock joined{};                           // the arrivals' clocks, this phase
+    std::map<std::uint64_t, Clock> released;  // completed phase -> its arrivals' clocks
   };
   std::map<std::uint32_t, MBarrier> mbarriers;
 };
@@ -130,15 +137,25 @@ inline void named_barrier(int id, int threads, bool wait) {
   if (last == b.generation + 1) emu_fail("named barrier: a thread arrived twice in a phase", id);
   last = b.generation + 1;
   const std::uint64_t gen = b.generation;
+  if (b.arrived == 0) b.joined = {};
+  join_clock(b.joined, hb_clock);
   if (++b.arrived == b.expected) {
     b.arrived = 0;
+    b.released[gen] = b.joined;
+    if (gen >= 8) b.released.erase(gen - 8);
     ++b.generation;
     sync_state.cv.notify_all();
+    if (wait) join_clock(hb_clock, b.joined);
     return;
   }
-  if (wait)
+  if (wait) {
     wait_or_fail(
         lk, [&] { return b.generation != gen; }, "deadlock at named barrier", id);
+    const auto it = b.released.find(gen);
+    if (it == b.released.end())
+      emu_fail("named barrier: a waiter woke after its phase's clocks went", id);
+    join_clock(hb_clock, it->second);
+  }
 }
 
 inline SyncState::MBarrier& mbarrier_of(std::uint32_t bar) {
@@ -148,6 +165,9 @@ inline SyncState::MBarrier& mbarrier_of(std::uint32_t bar) {
 }
 inline void mbarrier_settle(SyncState::MBarrier& b) {
   if (b.pending == 0 && b.tx == 0) {
+    b.released[b.phase] = b.joined;
+    if (b.phase >= 8) b.released.erase(b.phase - 8);
+    b.joined = {};
     ++b.phase;
     b.pending = b.expected;
     sync_state.cv.notify_all();
@@ -157,6 +177,7 @@ inline void mbarrier_arrive(std::uint32_t bar, long tx) {
   std::unique_lock lk(sync_state.mutex);
   auto& b = mbarrier_of(bar);
   if (b.pending <= 0) emu_fail("mbarrier: more arrivals than its count", bar);
+  join_clock(b.joined, hb_clock);
   b.tx += tx;
   --b.pending;
   mbarrier_settle(b);
@@ -199,6 +220,28 @@ struct WarpgroupMmas {
   std::deque<Mma> mmas;  // in issue order (a deque: waiters hold references across pushes)
 };
 inline WarpgroupMmas warpgroup_mmas[4];
+// Per warpgroup and 2-byte unit of shared memory, the index of the latest MMA that read it (-1:
+// none), for the check of operand writes (check_operand_write); reset before each block. Atomic:
+// MMAs start under sync_state.mutex while other threads check their writes without it (a check
+// that misses an MMA starting meanwhile leaves that write to the check at the MMA's completion).
+struct OperandReaders {
+  std::size_t units = 0;
+  std::unique_ptr<std::atomic<int>[]> latest[4];
+  void reset(std::size_t shared_bytes) {
+    if (units != shared_bytes / 2) {
+      units = shared_bytes / 2;
+      for (auto& l : latest) l = std::make_unique<std::atomic<int>[]>(units);
+    }
+    for (auto& l : latest) {
+      for (std::size_t u = 0; u < units; ++u) l[u].store(-1, std::memory_order_relaxed);
+    }
+  }
+};
+inline OperandReaders operand_readers;
+inline const bool operand_readers_hooked = [] {
+  before_each_block = [] { operand_readers.reset(block->shared.size()); };
+  return true;
+}();
 // A thread's issued MMAs (a count) and its committed groups ([begin, end) of the MMAs).
 // While MMAs on an accumulator are in flight its registers hold kPoison (reads give NaN, writes
 // are caught) and its value lives in a shadow, written back when the last of them retires.
@@ -230,6 +273,22 @@ inline std::uint16_t shared_u16(std::uint32_t a) {
   std::uint16_t v;
   std::memcpy(&v, shared_at(a, 2), 2);
   return v;
+}
+// Before this thread writes `bytes` of shared memory at a (a bulk copy, cp.async or st.shared):
+// every MMA that read them must be one whose completion the thread is ordered after.
+inline void check_operand_write(std::uint32_t a, std::size_t bytes) {
+  shared_at(a, bytes);  // bounds
+  for (std::uint32_t u = a / 2; u < (a + std::uint32_t(bytes) + 1) / 2; ++u) {
+    for (int w = 0; w < 4; ++w) {
+      const int mma = operand_readers.latest[w][u].load(std::memory_order_relaxed);
+      if (mma >= hb_clock[std::size_t(w)]) {
+        emu_fail(
+            "a shared-memory write to an MMA's operand by a thread not ordered after that MMA's "
+            "completion (warpgroup, MMA index)",
+            w, mma);
+      }
+    }
+  }
 }
 
 struct Descriptor {
@@ -314,7 +373,13 @@ void wgmma(float (&d)[N / 2], std::uint64_t a_desc, std::uint64_t b_desc, bool a
   }
   Mma& m = wg.mmas[std::size_t(index)];
   if (++m.issued == 128) {  // it starts: the operands are read now
-    for (std::uint32_t at : m.addrs) m.values.push_back(shared_u16(at));
+    auto& latest = operand_readers.latest[thread_idx.x / 128];
+    for (std::uint32_t at : m.addrs) {
+      m.values.push_back(shared_u16(at));
+      if (latest[at / 2].load(std::memory_order_relaxed) < index) {
+        latest[at / 2].store(index, std::memory_order_relaxed);
+      }
+    }
     sync_state.cv.notify_all();
   }
 }
@@ -350,6 +415,8 @@ inline void wgmma_wait(int n) {
       m.addrs = {};
       m.values = {};
     }
+    auto& seen = hb_clock[thread_idx.x / 128];
+    seen = std::max(seen, end);
     lk.unlock();
     for (auto it = mine.shadows.begin(); it != mine.shadows.end();) {
       if (it->second.last >= end) {
@@ -382,7 +449,9 @@ namespace dcpmla::cuda::hopper {
 
 inline void mbarrier_init(std::uint32_t bar, std::uint32_t count) {
   std::unique_lock lk(dcpmla_emu::sync_state.mutex);
-  dcpmla_emu::sync_state.mbarriers[bar] = {int(count), int(count), 0, 0};
+  dcpmla_emu::SyncState::MBarrier b;
+  b.expected = b.pending = int(count);
+  dcpmla_emu::sync_state.mbarriers[bar] = b;
 }
 inline void mbarrier_arrive(std::uint32_t bar) {
   dcpmla_emu::mbarrier_arrive(bar, 0);
@@ -397,6 +466,10 @@ inline void mbarrier_wait(std::uint32_t bar, std::uint32_t parity) {
   // The phase of parity `parity` has completed once the current phase has the other parity.
   dcpmla_emu::wait_or_fail(
       lk, [&] { return (b.phase & 1u) != parity; }, "deadlock at mbarrier", long(bar));
+  // The latest completed phase of that parity: the waiter is ordered after its arrivals.
+  const std::uint64_t done = (b.phase - 1) % 2 == parity ? b.phase - 1 : b.phase - 2;
+  const auto it = b.released.find(done);
+  if (it != b.released.end()) dcpmla_emu::join_clock(dcpmla_emu::hb_clock, it->second);
 }
 
 inline void bulk_tensor_load_2d(std::uint32_t dst, const CUtensorMap* map, int x, int y,
@@ -419,8 +492,9 @@ inline void bulk_tensor_load_2d(std::uint32_t dst, const CUtensorMap* map, int x
         std::memcpy(&v, m.base + gy * m.stride + gx * m.elem, m.elem);
       }
       const std::uint32_t at = dst + r * row_bytes + c * m.elem;
-      std::memcpy(dcpmla_emu::shared_at(bf16 ? dcpmla_emu::swizzle128(at) : at, m.elem), &v,
-                  m.elem);
+      const std::uint32_t where = bf16 ? dcpmla_emu::swizzle128(at) : at;
+      dcpmla_emu::check_operand_write(where, m.elem);
+      std::memcpy(dcpmla_emu::shared_at(where, m.elem), &v, m.elem);
     }
   }
   dcpmla_emu::mbarrier_complete_tx(bar, long(row_bytes) * m.box[1]);
@@ -465,10 +539,12 @@ inline std::uint32_t smem_addr(const void* p) {
   return dcpmla_emu::shared_address(p);
 }
 inline void cp_async16(std::uint32_t dst, const void* src) {
+  dcpmla_emu::check_operand_write(dst, 16);
   std::memcpy(dcpmla_emu::shared_at(dst, 16), src, 16);
 }
 inline void cp_async_wait_all() {}
 inline void st_shared16(std::uint32_t dst, uint4 v) {
+  dcpmla_emu::check_operand_write(dst, 16);
   std::memcpy(dcpmla_emu::shared_at(dst, 16), &v, 16);
 }
 inline uint4 ld_shared16(std::uint32_t src) {
@@ -477,9 +553,11 @@ inline uint4 ld_shared16(std::uint32_t src) {
   return v;
 }
 inline void st_shared2(std::uint32_t dst, std::uint16_t v) {
+  dcpmla_emu::check_operand_write(dst, 2);
   std::memcpy(dcpmla_emu::shared_at(dst, 2), &v, 2);
 }
 inline void st_shared4(std::uint32_t dst, std::uint32_t v) {
+  dcpmla_emu::check_operand_write(dst, 4);
   std::memcpy(dcpmla_emu::shared_at(dst, 4), &v, 4);
 }
 inline std::uint32_t pack_bf16x2(float lo, float hi) {

@@ -3,14 +3,18 @@
 // of those instructions (tc_emulation.h): no GPU needed. Checks the kernels against the CPU
 // backend on ragged DCP batches (poisoned pages, several KV tiles a walk, split and unsplit,
 // narrow, partial and whole tiles), that the flattened and native forms give the same bits, and,
-// through the emulation's own checks, that no barrier deadlocks or is misused and that no MMA's
-// operands change while it is in flight.
+// through the emulation's own checks, that no barrier deadlocks or is misused, that no MMA's
+// operands change while it is in flight and that no thread overwrites an MMA's operands before it
+// is ordered after the MMA's completion (with a negative control of that check).
 #include "tc_emulation.h"
 // The emulation shims must come first.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "cuda/decode_ws_kernel.cuh"
@@ -141,6 +145,51 @@ TEST(TensorCoreEmulation, Uint8BoxLandsUnswizzledWithZerosPastTheTensor) {
       ASSERT_EQ(got[std::size_t(r) * 64 + c], want) << "row " << r << " byte " << c;
     }
   }
+}
+
+// The emulation's check of operand writes: an MMA's shared-memory operand may be overwritten only
+// by a thread ordered after the MMA's completion. One warpgroup multiplies A (64 x 16) by B (16 x
+// 16) from shared memory; threads 1-127 wait for it; then thread 0 overwrites an element of A
+// having waited itself, or after a named barrier the others arrive at once they have waited, or
+// with neither (once the MMA has completed in the emulation, which the check at completion cannot
+// see; on a GPU the write could land while the MMA still reads).
+enum class Writer { waited, after_barrier, unordered };
+void overwrite_operand_after_mma(Writer writer) {
+  dcpmla_emu::run_grid(1, 128, 16384, [&] {
+    unsigned char* smem = emulated_shared_memory();
+    const std::uint32_t a = tc::smem_addr(smem), b = tc::smem_addr(smem + 8192);
+    float d[8];
+    hopper::wgmma_m64n16k16_ss(d, hopper::smem_descriptor(a, 16, 1024),
+                               hopper::smem_descriptor(b, 16, 1024), false);
+    hopper::wgmma_commit();
+    const bool first = threadIdx.x == 0;
+    if (!first || writer == Writer::waited) hopper::wgmma_wait<0>();
+    if (writer == Writer::after_barrier) {
+      if (first) {
+        tc::named_barrier_sync(1, 128);
+      } else {
+        tc::named_barrier_arrive(1, 128);
+      }
+    }
+    if (!first) return;
+    for (bool done = false; !done && writer == Writer::unordered;) {
+      {
+        std::lock_guard lk(dcpmla_emu::sync_state.mutex);
+        const auto& mmas = dcpmla_emu::warpgroup_mmas[0].mmas;
+        done = !mmas.empty() && mmas[0].checked;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    tc::st_shared4(a, 0u);
+  });
+}
+
+TEST(TensorCoreEmulation, OperandWritesMustFollowTheMmasCompletion) {
+  overwrite_operand_after_mma(Writer::waited);
+  overwrite_operand_after_mma(Writer::after_barrier);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(overwrite_operand_after_mma(Writer::unordered),
+               "not ordered after that MMA's completion");
 }
 
 }  // namespace
