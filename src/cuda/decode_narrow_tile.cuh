@@ -73,7 +73,7 @@ __device__ __forceinline__ void narrow_tile(const DecodeParams& p, const DecodeT
   constexpr int kAcc = N / 2;  // registers of an m64nN fragment
   // Pairs a thread holds in a fragment: its column jj is pair 8 (jj / 2) + 2 quad + jj % 2.
   constexpr int kCols = N / 4;
-  const int tid = threadIdx.x, wg = tid >> 7, wt = tid & 127;
+  const int tid = threadIdx.x, wg = warp_uniform_warpgroup(), wt = tid & 127;
   const int lane = tid & 31, warp = wt >> 5, quad = lane & 3;
   auto pair_of = [&](int jj) { return 8 * (jj >> 1) + 2 * quad + (jj & 1); };
   const NarrowScratch scratch{sm.q_bytes};

@@ -29,6 +29,15 @@ constexpr std::uint32_t kUsedBytes = kOffFull + 4 * 8u;
 constexpr std::uint32_t kSmemBytes = kUsedBytes + 1024;  // aligned up to 1024 inside
 static_assert(kSmemBytes <= 227u * 1024u, "sm_90 allows 227 KiB of shared memory per block");
 
+// The thread's warpgroup as a value ptxas knows is the same in every lane of a warp (lane 0's,
+// shuffled). With `threadIdx.x >> 7` ptxas treats the warpgroups' branches as divergent, and it
+// schedules the wgmma code inside them worse: one H200, 3 runs each (2026-12-02), the
+// compute-bound shapes 1-3.6 % faster this way; it also keeps a wgmma group in flight across a
+// branch from being serialised (C7520).
+__device__ __forceinline__ int warp_uniform_warpgroup() {
+  return __shfl_sync(0xffffffffu, int(threadIdx.x) >> 7, 0);
+}
+
 // A thread block's shared memory: shared addresses for the operands and barriers, pointers for
 // what threads read and write directly.
 struct BlockSmem {

@@ -130,16 +130,26 @@ inline void __syncthreads() {
 inline void __syncwarp(unsigned = 0xffffffffu) {
   dcpmla_emu::block->warps[dcpmla_emu::warp_of_thread()]->arrive_and_wait();
 }
+namespace dcpmla_emu {
+// The value lane `source` of the calling thread's warp passes in (every lane of the warp calls).
 template <class T>
-T __shfl_xor_sync(unsigned, T v, int offset) {
+T shuffle_from(T v, int source) {
   static_assert(sizeof(T) == 4);
-  const int w = dcpmla_emu::warp_of_thread(), lane = int(threadIdx.x) % 32;
-  auto& slots = dcpmla_emu::block->slots[w];
-  slots[lane] = std::bit_cast<std::uint32_t>(v);
+  auto& slots = block->slots[warp_of_thread()];
+  slots[int(threadIdx.x) % 32] = std::bit_cast<std::uint32_t>(v);
   __syncwarp();
-  const T r = std::bit_cast<T>(slots[lane ^ offset]);
+  const T r = std::bit_cast<T>(slots[source & 31]);
   __syncwarp();
   return r;
+}
+}  // namespace dcpmla_emu
+template <class T>
+T __shfl_xor_sync(unsigned, T v, int offset) {
+  return dcpmla_emu::shuffle_from(v, (int(threadIdx.x) % 32) ^ offset);
+}
+template <class T>
+T __shfl_sync(unsigned, T v, int src_lane) {
+  return dcpmla_emu::shuffle_from(v, src_lane);
 }
 template <class T>
 T __ldg(const T* p) {
