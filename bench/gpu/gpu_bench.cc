@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "dcpmla/cuda_backend.h"
@@ -259,7 +260,46 @@ std::vector<Shape> shapes() {
     v.push_back({"sink_scores", B, L, H, uniform(B, Q), Form::native, 1, 0, "sink token", 64,
                  DType::bf16, true});
   }
+  // DCP scaling on one GPU (issue 5's W = 4 / 8 where no 4- or 8-GPU machine is lent): rank 0's
+  // decode at W = 1, 2, 4, 8 for the multi-GPU targets' global contexts (128K x 8, 32K x 32),
+  // H 128 and Kimi K3's 96, Q 1 and ragged 1..8. Its time against W = 1 is the attention part of
+  // the step-time ratio; the collectives need the GPUs.
+  for (const auto& [T, B] : {std::pair<std::int64_t, int>{131072, 8}, {32768, 32}}) {
+    for (int H : {128, 96}) {
+      for (bool ragged : {false, true}) {
+        for (int W : {1, 2, 4, 8}) {
+          v.push_back({"dcp_scaling", B, T / W, H, ragged ? ragged_q(B, 8, 5) : uniform(B, 1),
+                       Form::native, W, 0, ""});
+        }
+      }
+    }
+  }
   return v;
+}
+
+// Rank 0's decode time at W over W = 1's, per dcp_scaling shape (B, global context, H, Q).
+nlohmann::json dcp_scaling_ratios(const nlohmann::json& results) {
+  nlohmann::json ratios = nlohmann::json::array();
+  for (const auto& base : results) {
+    if (base["group"] != "dcp_scaling" || base["world"] != 1) continue;
+    for (const auto& r : results) {
+      if (r["group"] != "dcp_scaling" || r["world"] == 1 || r["B"] != base["B"] ||
+          r["H"] != base["H"] || r["q"] != base["q"] ||
+          r["L_local"].get<std::int64_t>() * r["world"].get<int>() != base["L_local"]) {
+        continue;
+      }
+      ratios.push_back(
+          {{"B", base["B"]},
+           {"context", base["L_local"]},
+           {"H", base["H"]},
+           {"q_max", *std::max_element(base["q"].begin(), base["q"].end())},
+           {"world", r["world"]},
+           {"median_us", r["median_us"]},
+           {"median_us_world_1", base["median_us"]},
+           {"attention_ratio", r["median_us"].get<double>() / base["median_us"].get<double>()}});
+    }
+  }
+  return ratios;
 }
 
 struct Problem {
@@ -360,7 +400,8 @@ int main(int argc, char** argv) {
           {"kv_dtype", "bf16 unless a result says otherwise"},
           {"ceilings", {{"copy_tbps", ceil.copy_tbps}, {"gemm_bf16_tflops", ceil.gemm_tflops}}},
           {"flashmla_source", "shared/PERF.md (FlashMLA built from source, same H200, 2026-11-30)"},
-          {"results", results}};
+          {"results", results},
+          {"dcp_scaling_ratios", dcp_scaling_ratios(results)}};
       std::ofstream(out_path) << doc.dump(2) << "\n";
     };
     auto backend = make_cuda_backend(0);
@@ -470,6 +511,15 @@ int main(int argc, char** argv) {
            {"speedup_vs_flashmla", sh.flashmla_us > 0 ? sh.flashmla_us / st.median_us : 0.0},
            {"output_finite", finite}});
       write();
+    }
+    for (const auto& r : dcp_scaling_ratios(results)) {
+      fmt::print(
+          "dcp_scaling B {} context {} H {} Q {}: W = {} rank 0 {:.1f} us / W = 1 {:.1f} us = "
+          "{:.3f}\n",
+          r["B"].get<int>(), r["context"].get<std::int64_t>(), r["H"].get<int>(),
+          r["q_max"].get<int>() == 1 ? "1" : "1..8", r["world"].get<int>(),
+          r["median_us"].get<double>(), r["median_us_world_1"].get<double>(),
+          r["attention_ratio"].get<double>());
     }
     cudaStreamDestroy(s);
   } catch (const std::exception& e) {
