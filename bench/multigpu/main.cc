@@ -114,8 +114,13 @@ int run(int argc, char** argv) {
                  "back-to-back calls of each collective timed alone, on idle GPUs (W >= 2; "
                  ">= 50, or 0 to skip)")
       ->check(CLI::NonNegativeNumber);
+  bool sequential_variants = false;
+  app.add_flag("--sequential-variants", sequential_variants,
+               "time all steps of one combine variant, then the next (the order before session "
+               "20) instead of step i of every variant in turn");
   CLI11_PARSE(app, argc, argv);
   mo.launch_events = !no_launch_events;
+  mo.interleave_variants = !sequential_variants;
   require(mo.alone_calls == 0 || mo.alone_calls >= 50, ErrorCode::invalid_argument, "--alone-calls",
           ">= 50, or 0", std::to_string(mo.alone_calls));
 
@@ -166,6 +171,14 @@ int run(int argc, char** argv) {
          "query_gather_own and combine_own: per step the fastest rank's phase instead (the last "
          "rank to join the collective, which waits for nobody: the phase's own cost)"},
         {"launch_events", mo.launch_events},
+        {"variant_order",
+         mo.interleave_variants
+             ? "interleaved: step i of every combine variant, then step i + 1 (the variants share "
+               "the GPUs' clock and power state)"
+             : "sequential: all steps of one combine variant, then the next"},
+        {"w1_base",
+         "ratios to W = 1 (vs_W1, step_over_w1_*, the 128K target) divide by the fastest W = 1 "
+         "variant's step: W = 1 runs no collective, so its variants are the same work"},
         {"sub_phases",
          "combines[].sub_phases: with launch_events, an event after every launch of the query "
          "gather (nccl_all_gather_q, kernel_unpack_q; no kernel precedes the gather) and of the "

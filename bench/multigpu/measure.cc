@@ -216,10 +216,12 @@ ShapeTiming measure(const std::vector<Communicator*>& comms, const Shape& shape,
   for (int r = 0; r < W; ++r) {
     threads.emplace_back([&, r] {
       std::unique_ptr<RankStep> step;
-      std::unique_ptr<EventTimer> timer;
+      std::vector<std::unique_ptr<EventTimer>> timers;  // [variant]
       try {
         step = std::make_unique<RankStep>(r, W, shape, sb, o.block_size, o.target_work_items);
-        timer = std::make_unique<EventTimer>(r, o.steps, o.launch_events);
+        for (std::size_t v = 0; v < std::size(kVariants); ++v) {
+          timers.push_back(std::make_unique<EventTimer>(r, o.steps, o.launch_events));
+        }
       } catch (...) {
         errors[std::size_t(r)] = std::current_exception();
         setup_failed = true;
@@ -231,7 +233,7 @@ ShapeTiming measure(const std::vector<Communicator*>& comms, const Shape& shape,
         Communicator& comm = *comms[std::size_t(r)];
         RankRecord& rec = records[std::size_t(r)];
         CollectiveRecorder recorder(comm);
-        for (const Variant& v : kVariants) {
+        auto prepare = [&](const Variant& v) {
           // One untimed step through the recorder: the collectives this combine makes.
           recorder.clear();
           step->run(recorder, v.combine, v.payload, v.pack_in_decode, &recorder);
@@ -240,15 +242,36 @@ ShapeTiming measure(const std::vector<Communicator*>& comms, const Shape& shape,
             step->run(comm, v.combine, v.payload, v.pack_in_decode, nullptr);
           step->synchronize();
           sync.arrive_and_wait();  // start the timed steps together
+        };
+        auto timed_step = [&](std::size_t v, int i) {
+          timers[v]->set_step(i);
+          step->run(comm, kVariants[v].combine, kVariants[v].payload, kVariants[v].pack_in_decode,
+                    timers[v].get());
+        };
+        const std::size_t V = std::size(kVariants);
+        if (o.interleave_variants) {
+          // Step i of every variant, then step i + 1: the variants share the GPU's clock and
+          // power state (run one after another, the first ran faster at W = 1, where all
+          // variants are the same work).
+          for (const Variant& v : kVariants) prepare(v);
           for (int i = 0; i < o.steps; ++i) {
-            timer->set_step(i);
-            step->run(comm, v.combine, v.payload, v.pack_in_decode, timer.get());
+            for (std::size_t v = 0; v < V; ++v) timed_step(v, i);
           }
-          step->synchronize();
+        } else {
+          for (std::size_t v = 0; v < V; ++v) {
+            prepare(kVariants[v]);
+            for (int i = 0; i < o.steps; ++i) timed_step(v, i);
+            step->synchronize();
+          }
+        }
+        step->synchronize();
+        for (std::size_t v = 0; v < V; ++v) {
           std::vector<StepPhases> phases;
-          for (int i = 0; i < o.steps; ++i) phases.push_back(timer->phases(i));
+          for (int i = 0; i < o.steps; ++i) phases.push_back(timers[v]->phases(i));
           rec.phases.push_back(std::move(phases));
-          rec.loop_ms.push_back(timer->span(0, o.steps - 1));
+          // Interleaved, a variant's first and last steps span every variant's steps.
+          rec.loop_ms.push_back(timers[v]->span(0, o.steps - 1) /
+                                float(o.interleave_variants ? V : 1));
         }
         if (!step->output_finite()) all_finite = false;
         // After the finiteness check: the loops overwrite the step's receive buffers.

@@ -58,7 +58,9 @@ struct CombineTiming {
   Stat query_gather, decode, combine_phase, step;
   Stat query_gather_own, combine_own;  // min over ranks: without the wait for the last rank
   double loop_us_per_step = 0;  // first begin to last end over the timed steps, / steps (max over
-                                // ranks): includes any gap between steps (host launch time)
+                                // ranks): includes any gap between steps (host launch time);
+                                // with interleaved variants, / (steps x variants) (the mean
+                                // over all variants' steps, the same for every variant)
   std::vector<double> rank_step_median_us;
   // Per rank, the median over the steps of its own query gather, decode and combine phases (an
   // imbalance between ranks shows here: the early rank's combine holds its wait).
@@ -91,6 +93,9 @@ struct MeasureOptions {
   bool launch_events = true;
   // Back-to-back calls of each collective timed alone (W >= 2); 0 skips that measurement.
   int alone_calls = 100;
+  // Timed steps in the order step 0 of every variant, step 1 of every variant, ...; false: all
+  // of one variant's steps, then the next variant's.
+  bool interleave_variants = true;
 };
 
 // Rank r runs on its own thread with *comms[r] (one communicator per rank of a group of

@@ -8,14 +8,16 @@
 namespace dcpmla::bench {
 namespace {
 
-const CombineTiming* same_combine(const Measured* m, const CombineTiming& c) {
-  if (m == nullptr) return nullptr;
-  for (const auto& t : m->timing.combines) {
-    if (t.combine == c.combine && t.payload == c.payload && t.pack_in_decode == c.pack_in_decode) {
-      return &t;
-    }
+// W = 1 runs no collective, so every variant is the same step there: the base of a ratio to
+// W = 1 is its fastest variant (variants that differ at W = 1 differ by the GPU's clocks or
+// noise). Null without a W = 1 measurement.
+const CombineTiming* fastest_w1(const Measured* w1) {
+  if (w1 == nullptr) return nullptr;
+  const CombineTiming* best = nullptr;
+  for (const auto& t : w1->timing.combines) {
+    if (best == nullptr || t.step.median_us < best->step.median_us) best = &t;
   }
-  return nullptr;
+  return best;
 }
 
 constexpr const char* kOwnValueIs =
@@ -102,7 +104,7 @@ void print_header() {
 void print_rows(const Measured& m, const Measured* baseline) {
   const Shape& s = m.shape;
   for (const CombineTiming& t : m.timing.combines) {
-    const CombineTiming* base = same_combine(baseline, t);
+    const CombineTiming* base = fastest_w1(baseline);
     fmt::print(
         "{:>2} {:>6} {:>3} {:>11} {:>3} {:>5} {:<8} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} "
         "{:>9.1f} {:>9.1f} {:>7} {:>7.1f}% {:>7.1f}%{}\n",
@@ -135,7 +137,7 @@ nlohmann::json to_json(const Measured& m, const Measured* baseline) {
   const Shape& s = m.shape;
   nlohmann::json combines = nlohmann::json::array();
   for (const CombineTiming& t : m.timing.combines) {
-    const CombineTiming* base = same_combine(baseline, t);
+    const CombineTiming* base = fastest_w1(baseline);
     nlohmann::json c{{"combine", t.label()},
                      {"query_gather", stat_json(t.query_gather)},
                      {"decode", stat_json(t.decode)},
@@ -196,14 +198,15 @@ nlohmann::json targets(const std::vector<Measured>& all) {
     if (m.timing.world < 2) continue;
     for (const CombineTiming& t : m.timing.combines) {
       if (s.context == 131072 && !s.ragged && m.timing.world == 2) {
-        if (const CombineTiming* base = same_combine(find_w1(s), t)) {
+        if (const CombineTiming* base = fastest_w1(find_w1(s))) {
           const double ratio = t.step.median_us / base->step.median_us;
-          out.push_back({{"target", "step(W=2) <= 0.55 x step(W=1) at 128K context, Q = 1"},
-                         {"shape", s.name()},
-                         {"combine", t.label()},
-                         {"value", ratio},
-                         {"limit", 0.55},
-                         {"met", ratio <= 0.55}});
+          out.push_back(
+              {{"target", "step(W=2) <= 0.55 x step(W=1, fastest variant) at 128K context, Q = 1"},
+               {"shape", s.name()},
+               {"combine", t.label()},
+               {"value", ratio},
+               {"limit", 0.55},
+               {"met", ratio <= 0.55}});
         }
       }
       if (s.context == 32768 && s.batch == 32) {
