@@ -118,7 +118,8 @@ struct Ceilings {
   double copy_tbps = 0, gemm_tflops = 0;
 };
 
-Ceilings measure_ceilings(cudaStream_t s, int reps) {
+// warmup_ms: each ceiling's calls run this long before the timed ones (0: 3 calls).
+Ceilings measure_ceilings(cudaStream_t s, int reps, double warmup_ms) {
   Ceilings c;
   const std::size_t bytes = std::size_t(2) << 30;
   void *a, *b;
@@ -127,7 +128,7 @@ Ceilings measure_ceilings(cudaStream_t s, int reps) {
   fill_random_bf16(a, bytes / 2, 1, s);
   const auto copy = time_calls(
       [&] { check(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync"); },
-      reps, 3, s);
+      reps, 3, s, warmup_ms);
   c.copy_tbps = 2.0 * bytes / (copy.median_us * 1e-6) / 1e12;
   cudaFree(a);
   cudaFree(b);
@@ -151,7 +152,7 @@ Ceilings measure_ceilings(cudaStream_t s, int reps) {
                            CUBLAS_GEMM_DEFAULT),
               "cublasGemmEx");
       },
-      std::max(20, reps / 5), 3, s);
+      std::max(20, reps / 5), 3, s, warmup_ms);
   c.gemm_tflops = 2.0 * n * double(n) * n / (gemm.median_us * 1e-6) / 1e12;
   cublasDestroy(h);
   cudaFree(x);
@@ -368,6 +369,12 @@ int main(int argc, char** argv) {
       ->expected(4)
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 30));
+  double steady_ms = 0;
+  app.add_option("--steady-ms", steady_ms,
+                 "run every ceiling and shape this long before its timed calls (default: 100 ms "
+                 "for a shape, 3 calls for a ceiling), so that they are timed in the GPU's "
+                 "steady power state (the H200's power cap lowers the clock within ~0.1 s)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--commit", commit, "commit recorded with the results");
   app.add_option("--date", date, "date recorded with the results (default: now, UTC)");
   CLI11_PARSE(app, argc, argv);
@@ -380,7 +387,7 @@ int main(int argc, char** argv) {
     check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     cudaStream_t s;
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-    const Ceilings ceil = measure_ceilings(s, reps);
+    const Ceilings ceil = measure_ceilings(s, reps, steady_ms);
     fmt::print("device {} ({} SMs), copy ceiling {:.2f} TB/s, bf16 GEMM ceiling {:.0f} TFLOP/s\n",
                prop.name, prop.multiProcessorCount, ceil.copy_tbps, ceil.gemm_tflops);
 
@@ -393,6 +400,7 @@ int main(int argc, char** argv) {
           {"commit", commit},
           {"date", date},
           {"reps", reps},
+          {"warmup_ms", {{"shapes", std::max(100.0, steady_ms)}, {"ceilings", steady_ms}}},
           {"kv_chunk_blocks",
            kv_chunk_blocks == 0 ? nlohmann::json("planner") : nlohmann::json(kv_chunk_blocks)},
           {"block_size", "64 unless a result says otherwise"},
@@ -463,7 +471,7 @@ int main(int argc, char** argv) {
       args.workspace = ws.tensor(DType::fp8_e4m3, {std::int64_t(ws.bytes())});
       check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
       auto call = [&] { backend->decode(args, s); };
-      const Stats st = time_calls(call, reps, 5, s, /*min_warmup_ms=*/100);
+      const Stats st = time_calls(call, reps, 5, s, std::max(100.0, steady_ms));
       const auto graph = time_graph(call, 10, 3, s);
       forget_captured_decodes(*backend);  // the next shape may need other plan buffers
       // Never time garbage: the output must be finite after the runs.
