@@ -4,8 +4,7 @@
 # (a distribution's libnccl-dev puts nccl.h in /usr/include), then the CUDA toolkit's directories
 # (some images install NCCL into /usr/local/cuda). The library is looked up first next to the
 # header that was found, so a header of one installation is never paired with the library of
-# another. Besides libnccl.so, libnccl.so.2 is accepted: NVIDIA's wheels (nvidia-nccl-cu13 on
-# PyPI, which CI uses) ship only that name.
+# another.
 #
 # Result: NCCL_FOUND, NCCL_VERSION, NCCL_INCLUDE_DIR, NCCL_LIBRARY and the target NCCL::nccl.
 
@@ -31,12 +30,12 @@ find_path(NCCL_INCLUDE_DIR nccl.h
 
 if(NCCL_INCLUDE_DIR AND NOT NCCL_LIBRARY)
   get_filename_component(_nccl_prefix "${NCCL_INCLUDE_DIR}" DIRECTORY)
-  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2
+  find_library(NCCL_LIBRARY NAMES nccl
     PATHS "${_nccl_prefix}"
     PATH_SUFFIXES lib64 lib lib/${CMAKE_LIBRARY_ARCHITECTURE} lib/x86_64-linux-gnu
     NO_DEFAULT_PATH)
 endif()
-find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2
+find_library(NCCL_LIBRARY NAMES nccl
   HINTS ${_nccl_hints}
   PATH_SUFFIXES lib64 lib
   PATHS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
