@@ -103,8 +103,8 @@ void print_header() {
 
 void print_rows(const Measured& m, const Measured* baseline) {
   const Shape& s = m.shape;
+  const CombineTiming* base = fastest_w1(baseline);
   for (const CombineTiming& t : m.timing.combines) {
-    const CombineTiming* base = fastest_w1(baseline);
     fmt::print(
         "{:>2} {:>6} {:>3} {:>11} {:>3} {:>5} {:<8} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} "
         "{:>9.1f} {:>9.1f} {:>7} {:>7.1f}% {:>7.1f}%{}\n",
@@ -136,8 +136,8 @@ void print_rows(const Measured& m, const Measured* baseline) {
 nlohmann::json to_json(const Measured& m, const Measured* baseline) {
   const Shape& s = m.shape;
   nlohmann::json combines = nlohmann::json::array();
+  const CombineTiming* base = fastest_w1(baseline);
   for (const CombineTiming& t : m.timing.combines) {
-    const CombineTiming* base = fastest_w1(baseline);
     nlohmann::json c{{"combine", t.label()},
                      {"query_gather", stat_json(t.query_gather)},
                      {"decode", stat_json(t.decode)},
@@ -196,9 +196,10 @@ nlohmann::json targets(const std::vector<Measured>& all) {
   for (const Measured& m : all) {
     const Shape& s = m.shape;
     if (m.timing.world < 2) continue;
+    const CombineTiming* base = fastest_w1(find_w1(s));
     for (const CombineTiming& t : m.timing.combines) {
       if (s.context == 131072 && !s.ragged && m.timing.world == 2) {
-        if (const CombineTiming* base = fastest_w1(find_w1(s))) {
+        if (base != nullptr) {
           const double ratio = t.step.median_us / base->step.median_us;
           out.push_back(
               {{"target", "step(W=2) <= 0.55 x step(W=1, fastest variant) at 128K context, Q = 1"},
