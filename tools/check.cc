@@ -190,6 +190,15 @@ void merge_vectors(Checks& c) {
        {1, 0},
        ln3},
       {"merge empty + empty", {{0, 0}, {0, 0}}, {-inf, -inf}, {0, 0}, -inf},
+      {"merge (O=[1,0], L=ln3) + a NaN key read (O=[0,1], L=NaN)",
+       {{1, 0}, {0, 1}},
+       {ln3, NAN},
+       {NAN, NAN},
+       NAN},
+  };
+  // Equal, or both NaN.
+  auto same = [](float got, float want) {
+    return std::isnan(want) ? std::isnan(got) : std::abs(got - want) <= 1e-6f;
   };
   auto show_l = [](float l) {
     if (l == -INFINITY) return std::string("-inf");
@@ -201,8 +210,8 @@ void merge_vectors(Checks& c) {
     float out[2];
     const float l =
         merge::merge_partials(2, &k.o[0][0], 2, k.l, 1, 2, out, [](float x) { return x; });
-    bool ok = (k.want_l == -inf) ? l == -inf : std::abs(l - k.want_l) <= 1e-6f;
-    for (int d = 0; d < 2; ++d) ok = ok && std::abs(out[d] - k.want_o[d]) <= 1e-6f;
+    bool ok = (k.want_l == -inf) ? l == -inf : same(l, k.want_l);
+    for (int d = 0; d < 2; ++d) ok = ok && same(out[d], k.want_o[d]);
     c.add(k.name, fmt::format("O=[{}, {}] L={}", k.want_o[0], k.want_o[1], show_l(k.want_l)),
           fmt::format("O=[{}, {}] L={}", out[0], out[1], show_l(l)), ok);
   }

@@ -112,7 +112,12 @@ void run_item(const Views& v, const WorkItem& w, Scratch& s) {
         int k = 0;
         for (; k + 4 <= n; k += 4) dot_head4(qrow, keys + std::size_t(k) * kHeadDim, &s.scores[k]);
         for (; k < n; ++k) s.scores[k] = dot_head(qrow, keys + std::size_t(k) * kHeadDim);
-        for (k = 0; k < n; ++k) tile_max = std::max(tile_max, s.scores[k]);
+        // A -inf score (an infinite query or key element) would weigh 0 and hide the corrupted
+        // key; as NaN it poisons the row's exp-sum, so O and LSE come out NaN (SPEC section 5).
+        for (k = 0; k < n; ++k) {
+          if (s.scores[k] == -INFINITY) s.scores[k] = NAN;
+          tile_max = std::max(tile_max, s.scores[k]);
+        }
         float* acc = &s.acc[jh * kLatentDim];
         merge::OnlineSoftmax& st = s.state[jh];
         const float factor = st.rescale_for(tile_max);

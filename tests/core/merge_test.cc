@@ -50,26 +50,35 @@ TEST(Merge, SpecVectorBothEmpty) {
   EXPECT_TRUE(std::isinf(L) && L < 0);
 }
 
-TEST(Merge, NanAndPositiveInfLseAreEmpty) {
+TEST(Merge, SpecVectorNanPartialPoisonsTheMerge) {
+  float out[2];
+  const float L = merge2({1, 0, 0, 1}, {std::log(3.0f), kNaN}, out);
+  EXPECT_TRUE(std::isnan(out[0]) && std::isnan(out[1]));
+  EXPECT_TRUE(std::isnan(L));
+}
+
+// NaN and +inf LSE come only from non-finite inputs: never dropped, whatever the other partials
+// and the order; an empty partial beside them stays skipped (its payload is not read).
+TEST(Merge, NanAndPositiveInfLsePropagate) {
   for (float bad : {kNaN, kInf}) {
     float out[2];
-    const float L = merge2({1, 0, kNaN, 9}, {std::log(3.0f), bad}, out);
-    EXPECT_EQ(out[0], 1.0f) << "bad lse " << bad;
-    EXPECT_EQ(out[1], 0.0f) << "bad lse " << bad;
-    EXPECT_FLOAT_EQ(L, std::log(3.0f));
-    const float L2 = merge2({kNaN, 9, 4, 2}, {bad, 0.5f}, out);
-    EXPECT_EQ(out[0], 4.0f);
-    EXPECT_EQ(out[1], 2.0f);
-    EXPECT_FLOAT_EQ(L2, 0.5f);
-    const float L3 = merge2({kNaN, 9, 4, 2}, {bad, bad}, out);
-    EXPECT_EQ(out[0], 0.0f);
-    EXPECT_EQ(out[1], 0.0f);
-    EXPECT_TRUE(std::isinf(L3) && L3 < 0);
+    const float L = merge2({1, 0, 5, 9}, {std::log(3.0f), bad}, out);
+    EXPECT_TRUE(std::isnan(out[0]) && std::isnan(out[1])) << "bad lse " << bad;
+    EXPECT_TRUE(std::isnan(L)) << "bad lse " << bad;
+    const float L2 = merge2({5, 9, 4, 2}, {bad, 0.5f}, out);
+    EXPECT_TRUE(std::isnan(out[0]) && std::isnan(out[1]));
+    EXPECT_TRUE(std::isnan(L2));
+    const float L3 = merge2({5, 9, kNaN, kNaN}, {bad, -kInf}, out);
+    EXPECT_TRUE(std::isnan(out[0]) && std::isnan(out[1]));
+    EXPECT_TRUE(std::isnan(L3));
+    const float L4 = merge2({5, 9, 4, 2}, {bad, bad}, out);
+    EXPECT_TRUE(std::isnan(out[0]) && std::isnan(L4));
   }
-  EXPECT_TRUE(std::isinf(merge::sanitize_lse(kNaN)) && merge::sanitize_lse(kNaN) < 0);
-  EXPECT_TRUE(std::isinf(merge::sanitize_lse(kInf)) && merge::sanitize_lse(kInf) < 0);
-  EXPECT_EQ(merge::sanitize_lse(-3.5f), -3.5f);
-  EXPECT_EQ(merge::sanitize_lse(1e30f), 1e30f);
+  EXPECT_TRUE(merge::poisoned_lse(kNaN));
+  EXPECT_TRUE(merge::poisoned_lse(kInf));
+  EXPECT_FALSE(merge::poisoned_lse(-kInf));
+  EXPECT_FALSE(merge::poisoned_lse(-3.5f));
+  EXPECT_FALSE(merge::poisoned_lse(1e30f));
 }
 
 TEST(Merge, StridesAndStore) {
@@ -113,15 +122,27 @@ TEST(LseAccumulator, MatchesLogSumExpInDouble) {
 TEST(LseAccumulator, EmptyAndSpecialValues) {
   merge::LseAccumulator empty;
   EXPECT_TRUE(std::isinf(empty.lse()) && empty.lse() < 0);
-  merge::LseAccumulator junk;
-  junk.add(kNaN);
-  junk.add(kInf);
-  junk.add(-kInf);
-  EXPECT_TRUE(std::isinf(junk.lse()) && junk.lse() < 0);
+  merge::LseAccumulator only_empty;
+  only_empty.add(-kInf);
+  only_empty.add(-kInf);
+  EXPECT_TRUE(std::isinf(only_empty.lse()) && only_empty.lse() < 0);
+  // A poisoned term is sticky, before or after finite and empty ones.
+  for (float bad : {kNaN, kInf}) {
+    merge::LseAccumulator late;
+    late.add(-kInf);
+    late.add(2.5f);
+    late.add(bad);
+    late.add(1.0f);
+    EXPECT_TRUE(std::isnan(late.lse())) << bad;
+    merge::LseAccumulator early;
+    early.add(bad);
+    early.add(-kInf);
+    early.add(7.0f);
+    EXPECT_TRUE(std::isnan(early.lse())) << bad;
+  }
   merge::LseAccumulator one;
   one.add(-kInf);
   one.add(2.5f);
-  one.add(kNaN);
   EXPECT_EQ(one.lse(), 2.5f);
   // large values do not overflow: ln(e^1000 + e^1000) = 1000 + ln 2
   merge::LseAccumulator big;
@@ -149,8 +170,9 @@ TEST(LseAccumulator, OrderIndependentUpToRounding) {
 
 TEST(Weight, EmptyPartialsWeighZeroAndWeightsSumToOne) {
   EXPECT_EQ(merge::weight(-kInf, 1.0f), 0.0f);
-  EXPECT_EQ(merge::weight(kNaN, 1.0f), 0.0f);
-  EXPECT_EQ(merge::weight(kInf, 1.0f), 0.0f);
+  EXPECT_TRUE(std::isnan(merge::weight(kNaN, 1.0f)));
+  EXPECT_TRUE(std::isnan(merge::weight(1.0f, kNaN)));
+  EXPECT_EQ(merge::weight(-kInf, kNaN), 0.0f);
   EXPECT_EQ(merge::weight(1.0f, -kInf), 0.0f);
   EXPECT_EQ(merge::weight(2.0f, 2.0f), 1.0f);
   std::mt19937_64 rng(4);
@@ -299,6 +321,16 @@ TEST(OnlineSoftmax, RescaleFactors) {
   EXPECT_EQ(st.m, 3.0f);
   EXPECT_FLOAT_EQ(st.lse(), 3.0f + std::log(std::exp(-1.0f)));
   EXPECT_FLOAT_EQ(st.inv_sum(), std::exp(1.0f));
+}
+
+TEST(OnlineSoftmax, NanScorePoisonsLseAndOutput) {
+  merge::OnlineSoftmax st;
+  st.rescale_for(1.0f);
+  st.s += std::exp(1.0f - st.m);
+  st.s += std::exp(kNaN - st.m);
+  EXPECT_FALSE(st.empty());
+  EXPECT_TRUE(std::isnan(st.lse()));
+  EXPECT_TRUE(std::isnan(st.inv_sum()));
 }
 
 }  // namespace

@@ -187,13 +187,13 @@ TEST(SpecVectors, MergeVectors) {
     EXPECT_EQ(out[1], 0.0f);
     EXPECT_TRUE(std::isinf(L) && L < 0);
   }
+  // The second partial read a NaN key: never hidden.
   for (float bad : {NAN, INFINITY}) {
-    const float o[] = {1, 0, 123, NAN}, l[] = {std::log(3.0f), bad};
+    const float o[] = {1, 0, 0, 1}, l[] = {std::log(3.0f), bad};
     float out[2];
     const float L = merge::merge_partials(2, o, 2, l, 1, 2, out, id);
-    EXPECT_EQ(out[0], 1.0f);
-    EXPECT_EQ(out[1], 0.0f);
-    EXPECT_FLOAT_EQ(L, std::log(3.0f));
+    EXPECT_TRUE(std::isnan(out[0]) && std::isnan(out[1]));
+    EXPECT_TRUE(std::isnan(L));
   }
 }
 
