@@ -1,59 +1,55 @@
 #!/usr/bin/env bash
-# A/B of source snapshots on the GPU machine (one device call): builds the benchmark of every
-# variant in parallel (the one named by --validate through scripts/device_gpu.sh: build, GPU
-# tests, sanitizers, demo, micro-benchmarks), then runs the whole benchmark (or what
-# --bench-args selects) --reps times per variant, variants alternating, so drift in the card's
-# clocks falls on all of them alike. Output under $OUT: <variant>_r<k>.{json,txt}, build logs,
-# summary.txt; packed into outputs.tgz by scripts/pack_outputs.sh. Compare two variants with
-# bench/results/h200/2026-12-01-s11/ab.py "<a>_r*.json" "<b>_r*.json". One shape only:
-# --bench-args "--shape B,L,H,Q". --stamps builds the benchmarks with -DDCPMLA_STAMPS and sets
-# DCPMLA_STAMPS_OUT, so a variant whose kernel records per-step stamps (branch
-# wip/seesaw-stamps) writes <variant>_stamps_r<k>.txt; other variants ignore both.
+# A/B of source trees on a GPU machine: builds dcpmla_gpu_bench in every variant in parallel
+# (the one named by --validate through scripts/device_gpu.sh: build, GPU tests, sanitizers,
+# demo, benchmark), then runs the benchmark (or what --bench-args selects) --reps times per
+# variant, the variants alternating, so drift in the card's clocks and power state falls on all
+# of them alike. Output under $OUT: <variant>_r<k>.{json,txt}, build logs, summary.txt, and
+# ab_summary.txt: per shape, each variant's best median over the runs and its ratio to the first
+# variant.
 #
-# DIR holds one snapshot per variant (DIR/<variant>, made by scripts/snapshot.sh) and COMMIT, the
-# commit the variants start from; a variant's results carry "<COMMIT>-<variant>".
+# DIR holds one tree per variant (DIR/<variant>, made by scripts/snapshot.sh) and COMMIT, the
+# commit the variants start from; a variant's results carry "<COMMIT>-<variant>". One shape
+# only: --bench-args "--shape B,L,H,Q".
 #
 #   run (from the repository root): scripts/device_ab.sh DIR [--validate V] [--reps N]
-#                                   [--bench-args "ARGS"] [--stamps] VARIANT...
+#                                   [--bench-args "ARGS"] VARIANT...
+#   e.g. scripts/snapshot.sh devrun base main && scripts/snapshot.sh devrun new &&
+#        scripts/device_ab.sh devrun --validate new --reps 3 base new
 set -uo pipefail
 usage() {
-  echo "usage: $0 DIR [--validate VARIANT] [--reps N] [--bench-args ARGS] [--stamps] VARIANT..." >&2
+  echo "usage: $0 DIR [--validate VARIANT] [--reps N] [--bench-args ARGS] VARIANT..." >&2
   exit 2
 }
 [ $# -ge 2 ] || usage
 dir=$1
 shift
-validate="" reps=3 bench_args="" stamps=0
+validate="" reps=3 bench_args=""
 variants=()
 while [ $# -gt 0 ]; do
   case $1 in
     --validate) validate=${2:?--validate needs a variant}; shift 2 ;;
     --reps) reps=${2:?--reps needs a count}; shift 2 ;;
     --bench-args) bench_args=${2:?--bench-args needs arguments}; shift 2 ;;
-    --stamps) stamps=1; shift ;;
     -*) usage ;;
     *) variants+=("$1"); shift ;;
   esac
 done
 [ ${#variants[@]} -ge 1 ] || usage
 for v in "${variants[@]}"; do
-  [ -d "$dir/$v" ] || { echo "$0: no snapshot $dir/$v" >&2; exit 2; }
+  [ -d "$dir/$v" ] || { echo "$0: no tree $dir/$v" >&2; exit 2; }
 done
-[ -z "$validate" ] || [ -d "$dir/$validate" ] || { echo "$0: no snapshot $dir/$validate" >&2; exit 2; }
+[ -z "$validate" ] || [ -d "$dir/$validate" ] || { echo "$0: no tree $dir/$validate" >&2; exit 2; }
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 export PATH="/usr/local/cuda/bin:$PATH"
 commit=$(cat "$dir/COMMIT" 2>/dev/null || echo unknown)
 log() { echo "== [${SECONDS}s] $*" | tee -a "$OUT/summary.txt"; }
-flags=""
-[ "$stamps" = 1 ] && flags="-DDCPMLA_STAMPS"
 
 for v in "${variants[@]}"; do
   [ "$v" = "$validate" ] && continue
-  (cd "$dir/$v" && cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DDCPMLA_BUILD_TESTS=OFF -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_CUDA_FLAGS="$flags" \
-    > "$OUT/${v}_cmake.log" 2>&1 &&
+  (cd "$dir/$v" && cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDCPMLA_CUDA=ON \
+    -DDCPMLA_BUILD_TESTS=OFF -DDCPMLA_BUILD_BENCH=ON -DDCPMLA_NCCL=OFF > "$OUT/${v}_cmake.log" 2>&1 &&
     cmake --build build-gpu --target dcpmla_gpu_bench > "$OUT/${v}_build.log" 2>&1
   echo "$v build rc $?" >> "$OUT/summary.txt") &
 done
@@ -68,12 +64,30 @@ wait
 log "builds done"
 for rep in $(seq 1 "$reps"); do
   for v in "${variants[@]}"; do
-    stamp_env=()
-    [ "$stamps" = 1 ] && stamp_env=("DCPMLA_STAMPS_OUT=$OUT/${v}_stamps_r$rep.txt")
     # shellcheck disable=SC2086  # bench_args is a list of options
-    env "${stamp_env[@]}" timeout 120 "$dir/$v/build-gpu/bench/gpu/dcpmla_gpu_bench" $bench_args \
+    timeout 120 "$dir/$v/build-gpu/bench/gpu/dcpmla_gpu_bench" $bench_args \
       --commit "$commit-$v" --out "$OUT/${v}_r$rep.json" > "$OUT/${v}_r$rep.txt" 2>&1
     log "$v r$rep rc $?"
   done
 done
-bash "$(dirname "$0")/pack_outputs.sh" "$OUT"
+
+python3 - "$OUT" "${variants[@]}" > "$OUT/ab_summary.txt" <<'PY' || log "ab_summary failed"
+import glob, json, sys
+out, variants = sys.argv[1], sys.argv[2:]
+best = {}  # (shape) -> {variant: best median over the runs}
+for v in variants:
+    for path in sorted(glob.glob(f"{out}/{v}_r*.json")):
+        for r in json.load(open(path)).get("results", []):
+            key = (r["group"], r["B"], r["L_local"], r["H"], r["rows"], r["form"], r.get("kv_dtype"),
+                   r.get("block_size"), r.get("scores"), r["world"])
+            cur = best.setdefault(key, {})
+            cur[v] = min(cur.get(v, float("inf")), r["median_us"])
+print("shape (group B L H rows form kv bs scores W): best median us per variant, ratio to "
+      + variants[0])
+for key, by in best.items():
+    base = by.get(variants[0])
+    cells = [f"{v} {by[v]:.1f}" + (f" ({by[v] / base:.3f})" if base and v != variants[0] else "")
+             for v in variants if v in by]
+    print(" ".join(str(k) for k in key), "|", " | ".join(cells))
+PY
+tail -n +1 "$OUT/ab_summary.txt" | head -80

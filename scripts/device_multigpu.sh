@@ -1,20 +1,19 @@
 #!/usr/bin/env bash
-# The multi-GPU script, run on a machine with 2 (or more) GPUs, nvcc, CMake, ninja and the
-# system NCCL, no network: configures a Release build with the CUDA backend and the NCCL
+# Multi-GPU validation and benchmark, on a machine with 2 (or more) GPUs, nvcc, CMake, ninja and
+# NCCL (no network needed): configures a Release build with the CUDA backend and the NCCL
 # communicator into build-multigpu, builds what the multi-GPU checks need, runs the ctest labels
 # multigpu and nccl, `dcpmla demo --backend cuda --dcp W --gpus W` over NCCL and over the peer
-# communicator (both combines, bf16 and fp8 caches, and one DeepSeek-sized batch), the launch
-# breakdown of the shape over both (32K context x batch 32, H 128, W = 2 and, with more
-# GPUs, W = all of them: each collective and kernel of the query gather and the combine, and each
-# collective timed alone; once more without the events between launches, to see what they
-# cost) and dcpmla_multigpu_bench over its grid (which carries the same breakdown; NCCL unless
-# DCPMLA_BENCH_ARGS says --comm peer). Every log and the benchmark JSON go to $OUT (default
-# ./out).
+# communicator (both combines, bf16 and fp8 caches, and one DeepSeek-sized batch), the step
+# breakdown at 32K context x 32 requests, H 128, W = 2 and, with more GPUs, W = all of them, over
+# both communicators (each collective and kernel of the query gather and the combine, each
+# collective timed alone; once more without events between launches), dcpmla_exchange_bench
+# (each collective alone, both communicators, eager and from a CUDA graph) and
+# dcpmla_multigpu_bench over its grid (NCCL unless DCPMLA_BENCH_ARGS says --comm peer). Every
+# log and JSON goes to $OUT (default ./out).
 #
 # A failing step is logged and the script goes on; the exit status is non-zero when any step
-# failed. DCPMLA_STEPS picks steps (default "build tests demo breakdown bench"); build outputs are
-# reused, so a second call can run, say, DCPMLA_STEPS="build breakdown" on a machine that is
-# still warm.
+# failed. DCPMLA_STEPS picks steps (default "build tests demo breakdown exchange bench"); build
+# outputs are reused, so a later run can take, say, DCPMLA_STEPS="build breakdown".
 # DCPMLA_COMMIT is recorded with the benchmark (default: git rev-parse HEAD where .git exists).
 #
 #   run: scripts/device_multigpu.sh
@@ -24,10 +23,11 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 export PATH="/usr/local/cuda/bin:$PATH"
 export CMAKE_POLICY_VERSION_MINIMUM=3.5  # CMake 4 and the older config files of the deps
-# NVLink multicast (NVLS) stays off on these machines.
+# NVLink multicast (NVLS) stays off: on a shared machine a program using it can take the host's
+# GPUs out of service.
 export NCCL_NVLS_ENABLE=0
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
-STEPS=${DCPMLA_STEPS:-build tests demo breakdown bench}
+STEPS=${DCPMLA_STEPS:-build tests demo breakdown exchange bench}
 JOBS=$(nproc 2>/dev/null || echo 8)
 START=$(date +%s)
 BUILD=build-multigpu
@@ -39,10 +39,10 @@ fail() {
   log "FAIL: $*"
 }
 
-# Step time limits come out of one budget so the whole script stays under ~9.5 minutes.
-BUDGET=${DCPMLA_BUDGET_S:-560}
+# Each step's timeout is capped so that the whole script ends within DCPMLA_TIME_LIMIT_S seconds.
+LIMIT=${DCPMLA_TIME_LIMIT_S:-560}
 left() {
-  local l=$((BUDGET - ($(date +%s) - START)))
+  local l=$((LIMIT - ($(date +%s) - START)))
   [ "$l" -gt 10 ] && echo "$l" || echo 10
 }
 cap() {
@@ -163,23 +163,39 @@ if want breakdown; then
   fi
 fi
 
+# --- each collective alone ----------------------------------------------------------------
+if want exchange; then
+  EXCHANGE="$BUILD/bench/multigpu/dcpmla_exchange_bench"
+  if [ "$W" -lt 2 ]; then
+    fail "exchange needs 2 GPUs, found $GPUS"
+  elif [ ! -x "$EXCHANGE" ]; then
+    fail "dcpmla_exchange_bench was not built"
+  else
+    log "dcpmla_exchange_bench --comm nccl peer"
+    timeout "$(cap 120)" "$EXCHANGE" --comm nccl peer --commit "$COMMIT" \
+      --out "$OUT/exchange_bench.json" > "$OUT/exchange_bench.txt" 2>&1
+    rc=$?
+    tail -40 "$OUT/exchange_bench.txt"
+    [ $rc -eq 0 ] || fail "exchange bench (rc $rc, see exchange_bench.txt)"
+  fi
+fi
+
 # --- benchmark ----------------------------------------------------------------------------
 if want bench; then
   if [ -x "$BENCH" ]; then
-    budget=$(($(left) - 45))
-    [ "$budget" -gt 30 ] || budget=30
-    log "dcpmla_multigpu_bench (time budget ${budget}s for shapes; JSON rewritten per shape)"
+    shape_s=$(($(left) - 45))
+    [ "$shape_s" -gt 30 ] || shape_s=30
+    log "dcpmla_multigpu_bench (${shape_s}s for its shapes; JSON rewritten per shape)"
     # DCPMLA_BENCH_ARGS is split into words on purpose (several options).
     # shellcheck disable=SC2086
-    DCPMLA_COMMIT="$COMMIT" timeout "$(cap $((budget + 40)))" \
+    DCPMLA_COMMIT="$COMMIT" timeout "$(cap $((shape_s + 40)))" \
       "$BENCH" --out "$OUT/multigpu_bench.json" \
-      --budget-s "$budget" ${DCPMLA_BENCH_ARGS:-} 2>&1 | tee "$OUT/multigpu_bench.txt" | tail -80
+      --budget-s "$shape_s" ${DCPMLA_BENCH_ARGS:-} 2>&1 | tee "$OUT/multigpu_bench.txt" | tail -80
     [ "${PIPESTATUS[0]}" -eq 0 ] || fail "multigpu benchmark (see multigpu_bench.txt)"
   else
     fail "dcpmla_multigpu_bench was not built"
   fi
 fi
 
-log "done, status $status (logs packed into outputs.tgz)"
-scripts/pack_outputs.sh "$OUT"  # cwd is the repository root
+log "done, status $status"
 exit $status

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Nsight Compute profile of the decode kernel on the GPU machine, after scripts/device_gpu.sh has
-# built build-gpu: for each benchmark group given (default: the memory-bound and a compute-bound
-# FlashMLA shape), the first decode launch's speed-of-light, pipe utilisation, shared-memory and
-# warp-stall sections. Reports go to $OUT/profile-<n>.txt. With DCPMLA_PROFILE_SOURCE=1 the
-# source-counter section is collected too and scripts/sass_stalls.py lists the SASS lines with
-# the most warp-stall samples in $OUT/profile-<n>-sass.txt (the per-instruction view of where the
-# time goes, and how many instructions each warpgroup runs a tile).
+# Nsight Compute profile of the decode kernel on a GPU machine, after scripts/device_gpu.sh has
+# built build-gpu: for each benchmark shape given as group:index (default: a compute-bound and the
+# memory-bound FlashMLA shape), one decode launch's speed-of-light, pipe utilisation,
+# shared-memory and warp-stall sections, in $OUT/profile-<n>.txt. With DCPMLA_PROFILE_SOURCE=1 the
+# source-counter section is collected too and the per-instruction (SASS) stall samples are
+# written as CSV to $OUT/profile-<n>-sass.csv. DCPMLA_PROFILE_KERNEL overrides the kernel-name
+# regular expression (default: every kernel whose name contains "decode").
 #
 #   run: scripts/device_profile.sh [group:index]... (after scripts/device_gpu.sh)
 set -uo pipefail
@@ -39,7 +39,7 @@ for spec in ${shapes[@]}; do
   source_args=()
   [ "${DCPMLA_PROFILE_SOURCE:-0}" = 1 ] &&
     source_args=(--section SourceCounters --export "/tmp/profile-$n" --force-overwrite)
-  timeout 240 ncu --kernel-name "regex:${DCPMLA_PROFILE_KERNEL:-decode_[a-z]+_kernel}" \
+  timeout 240 ncu --kernel-name "regex:${DCPMLA_PROFILE_KERNEL:-decode}" \
     --launch-skip 5 --launch-count 1 --clock-control none \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     --section WarpStateStats --section SchedulerStats --section Occupancy \
@@ -49,11 +49,9 @@ for spec in ${shapes[@]}; do
   if [ "${DCPMLA_PROFILE_SOURCE:-0}" = 1 ] && [ -f "/tmp/profile-$n.ncu-rep" ]; then
     # With --export the sections go to the report only: print them from it.
     ncu --import "/tmp/profile-$n.ncu-rep" --page details >> "$OUT/profile-$n.txt" 2>&1
-    # Per-instruction stall samples (SASS), the lines with the most samples first.
+    # Per-instruction stall samples (SASS), as CSV.
     ncu --import "/tmp/profile-$n.ncu-rep" --page source --print-source sass --csv \
-      > "/tmp/profile-$n-sass.csv" 2> "$OUT/profile-$n-sass.err"
-    python3 scripts/sass_stalls.py "/tmp/profile-$n-sass.csv" --top 80 \
-      > "$OUT/profile-$n-sass.txt" || true
+      > "$OUT/profile-$n-sass.csv" 2> "$OUT/profile-$n-sass.err"
   fi
   grep -E "Duration|SM Frequency|Throughput|Issued Ipc|Eligible Warps|issue_stalled|pipe_tensor|wavefronts|inst_executed|cycles" \
     "$OUT/profile-$n.txt" | awk '$NF+0 > 0.05 || !/issue_stalled/' | head -60

@@ -2,7 +2,7 @@
 # A source snapshot for scripts/device_ab.sh: DIR/NAME holds the tree of REV (`git archive`), or
 # of the working tree (tracked and untracked files git does not ignore) when REV is omitted,
 # without bench/results; DIR/COMMIT gets the short hash of HEAD unless it exists. DIR is meant
-# to lie under an ignored folder (devrun/) that the device call carries. Variants that differ by
+# to lie under an ignored folder (e.g. devrun/) copied to the GPU machine. Variants that differ by
 # a build option are snapshots edited afterwards (e.g. sed on a #define).
 #
 #   run (from the repository root): scripts/snapshot.sh DIR NAME [REV]
