@@ -5,15 +5,15 @@
 
 #include <cmath>
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #include "dcpmla/comm.h"
 #include "dcpmla/cpu_backend.h"
 #include "dcpmla/dcp.h"
 #include "dcpmla/error.h"
-#include "dcpmla/sim/runner.h"
-#include "sim/test_support.h"
+#include "dcpmla/testing/run_ranks.h"
+#include "dcpmla/testing/runner.h"
+#include "testing/test_support.h"
 
 namespace dcpmla {
 namespace {
@@ -42,7 +42,7 @@ struct StepOut {
 
 // Runs the given scenarios one after the other as DCP steps on W rank threads, every rank
 // reusing one DcpWorkspace sized for `max_rows` rows and `decode_bytes` of split workspace.
-std::vector<StepOut> run_steps(const std::vector<sim::Scenario>& steps, Combine combine,
+std::vector<StepOut> run_steps(const std::vector<testing::Scenario>& steps, Combine combine,
                                PlanLimits limits, DType out_dtype, std::int64_t max_rows,
                                std::size_t decode_bytes, std::vector<DcpStepTimer*> timers = {},
                                bool pack_in_decode = true, DType payload = DType::f32,
@@ -55,78 +55,68 @@ std::vector<StepOut> run_steps(const std::vector<sim::Scenario>& steps, Combine 
     results[s].lse.assign(std::size_t(steps[s].batch.rows()) * H, NAN);
   }
   InProcessGroup group(W);
-  std::vector<std::string> errors(static_cast<std::size_t>(W));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < W; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto be = make_cpu_backend(1);
-        InProcessCommunicator in_process(group, r);
-        NoCollectives none;
-        Communicator& comm = W == 1 ? static_cast<Communicator&>(none) : in_process;
-        DcpWorkspace ws(*be, W, max_rows, Hl, DType::f32, decode_bytes);
-        for (std::size_t s = 0; s < steps.size(); ++s) {
-          const auto& sc = steps[s];
-          const auto& spec = sc.spec;
-          const Sharding sh{W, r, spec.interleave};
-          HostKvCache cache = testing::rank_cache(sc, r);
-          const Plan plan = make_plan(sc.batch, {sh, H, spec.block_size, sc.num_blocks, limits});
-          const std::int64_t rows = plan.num_rows;
-          std::vector<float> q_local(std::size_t(rows) * Hl * kHeadDim);
-          for (std::int64_t i = 0; i < rows; ++i) {
-            std::memcpy(&q_local[std::size_t(i) * Hl * kHeadDim],
-                        &sc.q[(std::size_t(i) * H + std::size_t(r) * Hl) * kHeadDim],
-                        std::size_t(Hl) * kHeadDim * 4);
-          }
-          std::vector<std::uint8_t> out(std::size_t(rows) * Hl * kLatentDim *
-                                        dtype_size(out_dtype));
-          std::vector<float> lse(std::size_t(rows) * Hl);
-          DcpStepArgs a;
-          a.plan = &plan;
-          a.q_local = TensorRef(q_local.data(), DType::f32, {rows, Hl, kHeadDim});
-          a.cache = cache.ref();
-          a.block_table = TensorRef(sc.batch.block_table.data(), DType::i32,
-                                    {sc.batch.num_requests(), sc.batch.max_blocks});
-          a.out = TensorRef(out.data(), out_dtype, {rows, Hl, kLatentDim});
-          a.lse = TensorRef(lse.data(), DType::f32, {rows, Hl});
-          a.softmax_scale = spec.softmax_scale;
-          a.combine = combine;
-          a.combine_payload = payload;
-          a.pack_in_decode = pack_in_decode;
-          a.query_in_place = query_in_place;
-          a.timer = timers.empty() ? nullptr : timers[std::size_t(r)];
-          dcp_step(*be, comm, ws, a, nullptr);
-          for (std::int64_t i = 0; i < rows; ++i) {
-            for (int h = 0; h < Hl; ++h) {
-              const std::size_t src = std::size_t(i) * Hl + h;
-              const std::size_t dst = std::size_t(i) * H + std::size_t(r) * Hl + h;
-              results[s].lse[dst] = lse[src];
-              for (int d = 0; d < kLatentDim; ++d) {
-                float v;
-                if (out_dtype == DType::f32) {
-                  std::memcpy(&v, &out[(src * kLatentDim + d) * 4], 4);
-                } else {
-                  std::uint16_t h16;
-                  std::memcpy(&h16, &out[(src * kLatentDim + d) * 2], 2);
-                  v = bf16_to_float(h16);
-                }
-                results[s].out[dst * kLatentDim + d] = v;
-              }
+  const auto errors = testing::rank_failures(W, [&](int r) {
+    auto be = make_cpu_backend(1);
+    InProcessCommunicator in_process(group, r);
+    NoCollectives none;
+    Communicator& comm = W == 1 ? static_cast<Communicator&>(none) : in_process;
+    DcpWorkspace ws(*be, W, max_rows, Hl, DType::f32, decode_bytes);
+    for (std::size_t s = 0; s < steps.size(); ++s) {
+      const auto& sc = steps[s];
+      const auto& spec = sc.spec;
+      const Sharding sh{W, r, spec.interleave};
+      HostKvCache cache = testing::rank_cache(sc, r);
+      const Plan plan = make_plan(sc.batch, {sh, H, spec.block_size, sc.num_blocks, limits});
+      const std::int64_t rows = plan.num_rows;
+      std::vector<float> q_local(std::size_t(rows) * Hl * kHeadDim);
+      for (std::int64_t i = 0; i < rows; ++i) {
+        std::memcpy(&q_local[std::size_t(i) * Hl * kHeadDim],
+                    &sc.q[(std::size_t(i) * H + std::size_t(r) * Hl) * kHeadDim],
+                    std::size_t(Hl) * kHeadDim * 4);
+      }
+      std::vector<std::uint8_t> out(std::size_t(rows) * Hl * kLatentDim * dtype_size(out_dtype));
+      std::vector<float> lse(std::size_t(rows) * Hl);
+      DcpStepArgs a;
+      a.plan = &plan;
+      a.q_local = TensorRef(q_local.data(), DType::f32, {rows, Hl, kHeadDim});
+      a.cache = cache.ref();
+      a.block_table = TensorRef(sc.batch.block_table.data(), DType::i32,
+                                {sc.batch.num_requests(), sc.batch.max_blocks});
+      a.out = TensorRef(out.data(), out_dtype, {rows, Hl, kLatentDim});
+      a.lse = TensorRef(lse.data(), DType::f32, {rows, Hl});
+      a.softmax_scale = spec.softmax_scale;
+      a.combine = combine;
+      a.combine_payload = payload;
+      a.pack_in_decode = pack_in_decode;
+      a.query_in_place = query_in_place;
+      a.timer = timers.empty() ? nullptr : timers[std::size_t(r)];
+      dcp_step(*be, comm, ws, a, nullptr);
+      for (std::int64_t i = 0; i < rows; ++i) {
+        for (int h = 0; h < Hl; ++h) {
+          const std::size_t src = std::size_t(i) * Hl + h;
+          const std::size_t dst = std::size_t(i) * H + std::size_t(r) * Hl + h;
+          results[s].lse[dst] = lse[src];
+          for (int d = 0; d < kLatentDim; ++d) {
+            float v;
+            if (out_dtype == DType::f32) {
+              std::memcpy(&v, &out[(src * kLatentDim + d) * 4], 4);
+            } else {
+              std::uint16_t h16;
+              std::memcpy(&h16, &out[(src * kLatentDim + d) * 2], 2);
+              v = bf16_to_float(h16);
             }
+            results[s].out[dst * kLatentDim + d] = v;
           }
         }
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
       }
-    });
-  }
-  for (auto& t : threads) t.join();
+    }
+  });
   for (int r = 0; r < W; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
   return results;
 }
 
-sim::ScenarioSpec spec_for(int W, int H, std::uint64_t seed) {
-  sim::ScenarioSpec s;
+testing::ScenarioSpec spec_for(int W, int H, std::uint64_t seed) {
+  testing::ScenarioSpec s;
   s.world = W;
   s.heads = H;
   s.block_size = 16;
@@ -162,26 +152,26 @@ TEST(DcpStep, Bf16PayloadOfTheA2aCombine) {
   for (int W : {2, 4}) {
     auto spec = spec_for(W, 4 * W, 40 + W);  // f32 query and output: the payload is the only bf16
     const auto sc = custom_scenario(spec, {8, 1, 4, 2}, {100, 40, 5, 2}, {}, 1);
-    sim::RunOptions f32_payload;
+    testing::RunOptions f32_payload;
     f32_payload.combine = Combine::a2a;
-    sim::RunOptions bf16_payload = f32_payload;
+    testing::RunOptions bf16_payload = f32_payload;
     bf16_payload.combine_payload = DType::bf16;
-    const auto f = sim::run_dcp(sc, testing::cpu1(), f32_payload);
-    const auto b = sim::run_dcp(sc, testing::cpu1(), bf16_payload);
+    const auto f = testing::run_dcp(sc, testing::cpu1(), f32_payload);
+    const auto b = testing::run_dcp(sc, testing::cpu1(), bf16_payload);
     EXPECT_EQ(b.lse, f.lse) << "W = " << W;
     EXPECT_NE(b.out, f.out) << "W = " << W << ": the payload was not rounded";
     for (std::size_t i = 0; i < f.out.size(); ++i) {
       // |sum_r w_r (round(o_r) - o_r)| <= 2^-8 max_r |o_r| (bf16 unit roundoff), |o_r| < 8.
       ASSERT_NEAR(b.out[i], f.out[i], 8.0 / 256) << "W = " << W << " element " << i;
     }
-    const auto cmp =
-        sim::compare(sc, b, sim::run_reference(sc), sim::tolerance_for(spec, bf16_payload));
+    const auto cmp = testing::compare(sc, b, testing::run_reference(sc),
+                                      testing::tolerance_for(spec, bf16_payload));
     EXPECT_TRUE(cmp.pass) << testing::describe(cmp);
 
-    sim::RunOptions bad = bf16_payload;
+    testing::RunOptions bad = bf16_payload;
     bad.combine = Combine::ag_rs;
     try {
-      sim::run_dcp(sc, testing::cpu1(), bad);
+      testing::run_dcp(sc, testing::cpu1(), bad);
       ADD_FAILURE() << "ag_rs accepted a bf16 payload";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
@@ -204,10 +194,10 @@ TEST(DcpStep, BothCombinesAgreeAndMatchTheReference) {
         ASSERT_NEAR(ag.lse[i], a2a.lse[i], 1e-6);
       }
     }
-    const auto want = sim::run_reference(sc);
-    const auto tol = sim::tolerance_for(sc.spec);
+    const auto want = testing::run_reference(sc);
+    const auto tol = testing::tolerance_for(sc.spec);
     for (const auto* got : {&ag, &a2a}) {
-      const auto cmp = sim::compare(sc, {got->out, got->lse}, want, tol);
+      const auto cmp = testing::compare(sc, {got->out, got->lse}, want, tol);
       EXPECT_TRUE(cmp.pass) << "W " << W << ": " << testing::describe(cmp);
     }
   }
@@ -215,7 +205,7 @@ TEST(DcpStep, BothCombinesAgreeAndMatchTheReference) {
 
 TEST(DcpStep, WorkspaceIsReusableAcrossBatches) {
   auto spec = spec_for(2, 4, 20);
-  std::vector<sim::Scenario> steps = {
+  std::vector<testing::Scenario> steps = {
       custom_scenario(spec, {8, 1}, {100, 40}),
       custom_scenario(spec, {3}, {3}, {}, 4),
       custom_scenario(spec, {2, 2, 5}, {300, 17, 60}, {Mask::causal, Mask::full, Mask::causal}),
@@ -230,12 +220,12 @@ TEST(DcpStep, WorkspaceIsReusableAcrossBatches) {
           << "step " << s;
       EXPECT_EQ(std::memcmp(reused[s].lse.data(), fresh[0].lse.data(), fresh[0].lse.size() * 4), 0)
           << "step " << s;
-      // and the sim runner (which builds its own workspace) gives the same bits
-      sim::RunOptions o;
+      // and the testing runner (which builds its own workspace) gives the same bits
+      testing::RunOptions o;
       o.combine = c;
       o.limits = lim;
-      const auto sim_run = sim::run_dcp(steps[s], testing::cpu1(), o);
-      EXPECT_TRUE(sim::agreement(sim_run, {fresh[0].out, fresh[0].lse}).bit_identical);
+      const auto sim_run = testing::run_dcp(steps[s], testing::cpu1(), o);
+      EXPECT_TRUE(testing::agreement(sim_run, {fresh[0].out, fresh[0].lse}).bit_identical);
     }
   }
 }
@@ -294,8 +284,8 @@ TEST(DcpStep, TimerSeesEveryPhaseInOrderAndChangesNothing) {
     }
   };
   auto spec = spec_for(2, 4, 50);
-  std::vector<sim::Scenario> steps = {custom_scenario(spec, {8, 1}, {100, 40}),
-                                      custom_scenario(spec, {3}, {3}, {}, 2)};
+  std::vector<testing::Scenario> steps = {custom_scenario(spec, {8, 1}, {100, 40}),
+                                          custom_scenario(spec, {3}, {3}, {}, 2)};
   const std::vector<DcpStepPoint> one_step = {DcpStepPoint::begin, DcpStepPoint::query_gathered,
                                               DcpStepPoint::decoded, DcpStepPoint::combined};
   for (Combine c : {Combine::ag_rs, Combine::a2a}) {
