@@ -37,12 +37,9 @@ struct RankRecord {
 struct Variant {
   Combine combine;
   DType payload;
-  bool pack_in_decode;
 };
-constexpr Variant kVariants[] = {{Combine::ag_rs, DType::f32, true},
-                                 {Combine::a2a, DType::f32, true},
-                                 {Combine::a2a, DType::bf16, true},
-                                 {Combine::a2a, DType::bf16, false}};
+constexpr Variant kVariants[] = {
+    {Combine::ag_rs, DType::f32}, {Combine::a2a, DType::f32}, {Combine::a2a, DType::bf16}};
 
 enum class OverRanks { slowest, fastest };
 
@@ -110,8 +107,8 @@ std::vector<CollectiveAlone> alone_timings(const std::vector<RankRecord>& ranks,
     CollectiveAlone t;
     t.name = call.name();
     t.launch = call.launch;
-    t.dtype = call.dtype;
-    t.count = call.count;
+    t.dtype = call.call.dtype;
+    t.count = call.call.count;
     t.send_bytes = call.send_bytes(world);
     t.recv_bytes = call.recv_bytes(world);
     t.calls = int(r0.alone_call_us[a].size());
@@ -147,12 +144,12 @@ void time_alone(RankStep& step, Communicator& comm, std::barrier<>& sync, int de
   EventSeries series(device, calls);
   const Stream s = step.stream();
   for (const CollectiveCall& call : rec.alone_calls) {
-    for (int i = 0; i < warmup; ++i) replay(call, comm, s);
+    for (int i = 0; i < warmup; ++i) testing::replay(call.call, comm, s);
     step.synchronize();
     sync.arrive_and_wait();  // start the loops together
     for (int i = 0; i < calls; ++i) {
       series.record(i, s);
-      replay(call, comm, s);
+      testing::replay(call.call, comm, s);
     }
     series.record(calls, s);
     step.synchronize();
@@ -167,7 +164,6 @@ CombineTiming summarize(Variant v, std::size_t c, const std::vector<RankRecord>&
   CombineTiming t;
   t.combine = v.combine;
   t.payload = v.payload;
-  t.pack_in_decode = v.pack_in_decode;
   t.query_gather = phase_stat(ranks, c, steps, &StepPhases::query_gather, OverRanks::slowest);
   t.decode = phase_stat(ranks, c, steps, &StepPhases::decode, OverRanks::slowest);
   t.combine_phase = phase_stat(ranks, c, steps, &StepPhases::combine, OverRanks::slowest);
@@ -230,21 +226,19 @@ ShapeTiming measure(const std::vector<Communicator*>& comms, const Shape& shape,
     try {
       Communicator& comm = *comms[std::size_t(r)];
       RankRecord& rec = records[std::size_t(r)];
-      CollectiveRecorder recorder(comm);
+      CollectiveRecorder recorder;
       auto prepare = [&](const Variant& v) {
         // One untimed step through the recorder: the collectives this combine makes.
         recorder.clear();
-        step->run(recorder, v.combine, v.payload, v.pack_in_decode, &recorder);
+        step->run(comm, v.combine, v.payload, &recorder);
         rec.calls.push_back(recorder.calls());
-        for (int i = 0; i < o.warmup; ++i)
-          step->run(comm, v.combine, v.payload, v.pack_in_decode, nullptr);
+        for (int i = 0; i < o.warmup; ++i) step->run(comm, v.combine, v.payload, nullptr);
         step->synchronize();
         sync.arrive_and_wait();  // start the timed steps together
       };
       auto timed_step = [&](std::size_t v, int i) {
         timers[v]->set_step(i);
-        step->run(comm, kVariants[v].combine, kVariants[v].payload, kVariants[v].pack_in_decode,
-                  timers[v].get());
+        step->run(comm, kVariants[v].combine, kVariants[v].payload, timers[v].get());
       };
       const std::size_t V = std::size(kVariants);
       if (o.interleave_variants) {
