@@ -6,7 +6,7 @@
 // For W >= 2 the query gather and the combine are also split into their launches (each NCCL
 // collective and each kernel around it), and each collective is timed alone, the same call in a
 // loop of back-to-back calls on idle GPUs, to compare with its time inside the step.
-// Writes JSON (command, commit, date, devices, versions, every timing, the targets) and
+// Writes JSON (command, commit, date, devices, versions, every timing, the performance targets) and
 // prints a table.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>

@@ -98,8 +98,8 @@ inline PropertyCase draw_case(std::uint64_t seed, bool full_size) {
   if (pick(rng, 2)) o.limits.target_work_items = 1 + pick(rng, 16);
   o.limits.min_chunk_blocks = 1 + pick(rng, 2);
   o.flatten = pick(rng, 10) == 0;
-  // Half the a2a cases ship the bf16 payload (decided by the seed, not drawn, so every other
-  // knob of every case stays as it was before this option existed).
+  // Half the a2a cases ship the bf16 payload (decided by the seed, not drawn, so the other knobs
+  // of a case do not depend on it).
   if (o.combine == Combine::a2a && (seed & 1)) o.combine_payload = DType::bf16;
   o.poison = true;
   return c;
