@@ -577,6 +577,20 @@ struct StepSetup {
     }
     return true;
   }
+  // Valid step arguments over this setup's buffers for a plan of a W-rank group.
+  DcpStepArgs step_args(const Plan& plan, int world) {
+    const std::int64_t rows = plan.num_rows, Hl = H / world;
+    DcpStepArgs a;
+    a.plan = &plan;
+    a.q_local = TensorRef(q_local.data(), DType::f32, {rows, Hl, kHeadDim});
+    a.cache = base.cache.ref();
+    a.block_table = TensorRef(base.batch.block_table.data(), DType::i32,
+                              {base.batch.num_requests(), base.batch.max_blocks});
+    a.out = TensorRef(out.data(), DType::f32, {rows, Hl, kLatentDim});
+    a.lse = TensorRef(lse.data(), DType::f32, {rows, Hl});
+    a.softmax_scale = 0.1352338f;
+    return a;
+  }
 };
 
 struct StepCase {
@@ -612,18 +626,9 @@ TEST_P(DcpStepValidation, EveryRankRaisesTypedErrorAndWritesNothing) {
     if (c.config) c.config(cfg, r);
     try {
       const Plan plan = make_plan(s.base.batch, cfg);
-      const int Hl = StepSetup::H / W;
       DcpWorkspace ws(*backend, W, c.ws_max_rows, c.ws_heads_per_rank, DType::f32,
                       decode_workspace_bytes(plan));
-      DcpStepArgs a;
-      a.plan = &plan;
-      a.q_local = TensorRef(s.q_local.data(), DType::f32, {plan.num_rows, Hl, kHeadDim});
-      a.cache = s.base.cache.ref();
-      a.block_table = TensorRef(s.base.batch.block_table.data(), DType::i32,
-                                {s.base.batch.num_requests(), s.base.batch.max_blocks});
-      a.out = TensorRef(s.out.data(), DType::f32, {plan.num_rows, Hl, kLatentDim});
-      a.lse = TensorRef(s.lse.data(), DType::f32, {plan.num_rows, Hl});
-      a.softmax_scale = 0.1352338f;
+      DcpStepArgs a = s.step_args(plan, W);
       if (c.args) c.args(a);
       dcp_step(*backend, comm, ws, a, nullptr);
       failures[r] = "nothing was thrown";
@@ -664,15 +669,7 @@ TEST(DcpStepValidationFixture, ValidSetupRuns) {
     const Plan plan = make_plan(s.base.batch, cfg);
     const int Hl = StepSetup::H / W;
     DcpWorkspace ws(*backend, W, 9, Hl, DType::f32, decode_workspace_bytes(plan));
-    DcpStepArgs a;
-    a.plan = &plan;
-    a.q_local = TensorRef(s.q_local.data(), DType::f32, {plan.num_rows, Hl, kHeadDim});
-    a.cache = s.base.cache.ref();
-    a.block_table = TensorRef(s.base.batch.block_table.data(), DType::i32,
-                              {s.base.batch.num_requests(), s.base.batch.max_blocks});
-    a.out = TensorRef(s.out.data(), DType::f32, {plan.num_rows, Hl, kLatentDim});
-    a.lse = TensorRef(s.lse.data(), DType::f32, {plan.num_rows, Hl});
-    a.softmax_scale = 0.1352338f;
+    DcpStepArgs a = s.step_args(plan, W);
     dcp_step(*backend, comm, ws, a, nullptr);
   });
   for (int r = 0; r < W; ++r) {
