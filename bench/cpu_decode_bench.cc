@@ -2,8 +2,8 @@
 // bandwidth ceilings of the same machine, measured in the same binary (run the ceilings first; the
 // decode benchmarks report their KV bandwidth as a fraction of the read ceiling).
 //
-// Cost model (docs: shared/PERF.md): every request reads its local KV once, local_len * 576 * dtype
-// bytes; every real query row does visible_keys * H * 2 * (576 + 512) FLOPs.
+// Cost model: every request reads its local KV once, local_len * 576 * dtype bytes; every real
+// query row does visible_keys * H * 2 * (576 + 512) FLOPs.
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 

@@ -1,5 +1,5 @@
 // Planner benchmarks: make_plan for 1, 64 and 1024 ragged requests on rank 3 of a W = 8 DCP group,
-// and flatten() + make_plan for 1024. Budget (the issue): planning 1024 requests under 100 us.
+// and flatten() + make_plan for 1024. Target: planning 1024 requests under 100 us.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstring>
@@ -27,6 +28,7 @@
 #include "dcpmla/error.h"
 #include "dcpmla/numeric.h"
 #include "dcpmla/sharding.h"
+#include "dcpmla/testing/run_ranks.h"
 #include "npy.h"
 
 namespace dcpmla::tool {
@@ -566,39 +568,27 @@ AttendResult run_case(const Case& c, const AttendOptions& options) {
 
   InProcessGroup group(W);
   std::barrier ready(W);
+  std::atomic<bool> setup_failed{false};
   std::vector<RankState> states(static_cast<std::size_t>(W));
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(W));
-  std::vector<char> failed(static_cast<std::size_t>(W), 0);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < W; ++r) {
-    threads.emplace_back([&, r] {
+  testing::run_ranks(W, [&](int r) {
+    with_context(fmt::format("rank {}: ", r), [&] {
+      RankState& state = states[std::size_t(r)];
       // Set-up failures (memory) are agreed on before the step, so no rank waits forever in a
       // collective that a failed peer never joins.
       try {
-        prepare_rank(c, plans[std::size_t(r)], r, per_rank, states[std::size_t(r)]);
+        prepare_rank(c, plans[std::size_t(r)], r, per_rank, state);
       } catch (...) {
-        errors[std::size_t(r)] = std::current_exception();
-        failed[std::size_t(r)] = 1;
+        setup_failed = true;
+        ready.arrive_and_wait();
+        throw;
       }
       ready.arrive_and_wait();
-      if (std::find(failed.begin(), failed.end(), 1) != failed.end()) return;
-      try {
-        InProcessCommunicator comm(group, r, states[std::size_t(r)].backend.get());
-        run_rank(c, plans[std::size_t(r)], r, options.combine, comm, states[std::size_t(r)],
-                 result);
-      } catch (...) {
-        errors[std::size_t(r)] = std::current_exception();
-      }
+      if (setup_failed) return;
+      InProcessCommunicator comm(group, r, state.backend.get());
+      run_rank(c, plans[std::size_t(r)], r, options.combine, comm, state, result);
     });
-  }
-  for (auto& t : threads) t.join();
+  });
   states.clear();
-  for (int r = 0; r < W; ++r) {
-    if (errors[std::size_t(r)]) {
-      with_context(fmt::format("rank {}: ", r),
-                   [&] { std::rethrow_exception(errors[std::size_t(r)]); });
-    }
-  }
   return result;
 }
 

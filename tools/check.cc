@@ -17,8 +17,8 @@
 #include "dcpmla/merge.h"
 #include "dcpmla/plan.h"
 #include "dcpmla/sharding.h"
-#include "dcpmla/sim/runner.h"
-#include "dcpmla/sim/scenario.h"
+#include "dcpmla/testing/runner.h"
+#include "dcpmla/testing/scenario.h"
 
 namespace dcpmla::tool {
 namespace {
@@ -218,7 +218,7 @@ void merge_vectors(Checks& c) {
 }
 
 void end_to_end(Checks& c, int threads) {
-  sim::ScenarioSpec spec;
+  testing::ScenarioSpec spec;
   spec.world = 2;
   spec.heads = 16;
   spec.block_size = 64;
@@ -227,8 +227,8 @@ void end_to_end(Checks& c, int threads) {
   spec.extra_blocks = 3;  // unused pages, NaN-poisoned by the runner
   spec.seed = 2024;
   const int per_rank = std::max(1, threads / spec.world);
-  const sim::BackendFactory cpu = [&](int) { return make_cpu_backend(per_rank); };
-  const auto tol = sim::tolerance_for(spec);
+  const testing::BackendFactory cpu = [&](int) { return make_cpu_backend(per_rank); };
+  const auto tol = testing::tolerance_for(spec);
   const std::string bound = fmt::format("|dO| <= {:.0e}, |dLSE| <= {:.0e}", tol.out, tol.lse);
 
   struct Run {
@@ -247,11 +247,12 @@ void end_to_end(Checks& c, int threads) {
   };
   for (const auto& r : runs) {
     spec.padding_rows = r.padding;
-    const sim::Scenario sc = sim::make_fixed_scenario(spec, r.q, r.t);
-    sim::RunOptions opt;
+    const testing::Scenario sc = testing::make_fixed_scenario(spec, r.q, r.t);
+    testing::RunOptions opt;
     opt.combine = r.combine;
     opt.limits.kv_chunk_blocks = 1;  // split KV too, so the split merge is exercised
-    const auto cmp = sim::compare(sc, sim::run_dcp(sc, cpu, opt), sim::run_reference(sc), tol);
+    const auto cmp =
+        testing::compare(sc, testing::run_dcp(sc, cpu, opt), testing::run_reference(sc), tol);
     c.add(fmt::format("DCP W=2 {} {}", to_string(r.combine), r.name), bound,
           fmt::format("|dO| = {:.1e}, |dLSE| = {:.1e}{}", cmp.max_out_error, cmp.max_lse_error,
                       cmp.padding_exact ? "" : ", padding not exact"),
@@ -261,11 +262,12 @@ void end_to_end(Checks& c, int threads) {
   // Negative control: every row bounded at T (sees the future drafts) must fail the comparison
   // by far more than the tolerance.
   spec.padding_rows = 0;
-  const sim::Scenario sc =
-      sim::make_fixed_scenario(spec, std::vector<int>{8, 2}, std::vector<std::int64_t>{100, 40});
-  sim::RunOptions opt;
+  const testing::Scenario sc = testing::make_fixed_scenario(spec, std::vector<int>{8, 2},
+                                                            std::vector<std::int64_t>{100, 40});
+  testing::RunOptions opt;
   opt.see_future = true;
-  const auto bad = sim::compare(sc, sim::run_dcp(sc, cpu, opt), sim::run_reference(sc), tol);
+  const auto bad =
+      testing::compare(sc, testing::run_dcp(sc, cpu, opt), testing::run_reference(sc), tol);
   constexpr double kFactor = 5.0;
   c.add("negative control (8,2): rows bounded at T",
         fmt::format("FAIL vs reference, |dO| > {:.0f} x {:.0e}", kFactor, tol.out),

@@ -10,15 +10,15 @@
 #include "commands.h"
 #include "dcpmla/cpu_backend.h"
 #include "dcpmla/dcp.h"
-#include "dcpmla/sim/runner.h"
-#include "dcpmla/sim/scenario.h"
+#include "dcpmla/testing/runner.h"
+#include "dcpmla/testing/scenario.h"
 #include "placement.h"
 
 namespace dcpmla::tool {
 namespace {
 
 struct DemoOptions {
-  sim::ScenarioSpec spec;
+  testing::ScenarioSpec spec;
   std::string dtype = "bf16";
   std::string combine = "ag_rs";
   std::string backend = "cpu";
@@ -33,7 +33,7 @@ int run_demo(DemoOptions o) {
   // The query (and output) is fp32 next to an fp32 cache and bf16 otherwise.
   spec.q_dtype = spec.kv_dtype == DType::f32 ? DType::f32 : DType::bf16;
   const Combine combine = parse_combine(o.combine, "--combine");
-  const sim::Scenario sc = sim::make_scenario(spec);
+  const testing::Scenario sc = testing::make_scenario(spec);
 
   const int per_rank = std::max(
       1, (o.threads > 0 ? o.threads : int(std::thread::hardware_concurrency())) / spec.world);
@@ -41,7 +41,7 @@ int run_demo(DemoOptions o) {
       place_ranks(o.backend, spec.world, o.gpus, per_rank, o.comm,
                   dcp_exchange_chunk_bytes(spec.world, sc.batch.rows(),
                                            std::max(1, spec.heads / spec.world), spec.q_dtype));
-  sim::RunOptions run;
+  testing::RunOptions run;
   run.combine = combine;
   // Enough work items to fill the threads of a rank, or the SMs of a GPU (132 on the H200).
   run.limits.target_work_items = o.backend == "cuda" ? 264 : cpu_target_work_items(per_rank);
@@ -68,9 +68,9 @@ int run_demo(DemoOptions o) {
       sc.num_blocks);
 
   const auto got = ranks.run(sc, run);
-  const auto want = sim::run_reference(sc);
-  const auto tol = sim::tolerance_for(spec);
-  const auto cmp = sim::compare(sc, got, want, tol);
+  const auto want = testing::run_reference(sc);
+  const auto tol = testing::tolerance_for(spec);
+  const auto cmp = testing::compare(sc, got, want, tol);
 
   fmt::print("\n{:>4} {:>3} {:>6} {:>12} {:>12} {:>6}\n", "req", "Q", "T", "max|dO|", "max|dLSE|",
              "result");
@@ -86,7 +86,7 @@ int run_demo(DemoOptions o) {
   // collectives move the same bytes) must agree within the tolerance.
   bool across_ok = true;
   if (ranks.multi_gpu) {
-    const auto one_gpu = sim::agreement(got, simulated_on_gpu0().run(sc, run));
+    const auto one_gpu = testing::agreement(got, simulated_on_gpu0().run(sc, run));
     across_ok = one_gpu.max_out_diff <= tol.out && one_gpu.max_lse_diff <= tol.lse;
     fmt::print("{} GPUs vs one-GPU simulation: max|dO| = {:.3e}, max|dLSE| = {:.3e}, {} -> {}\n",
                spec.world, one_gpu.max_out_diff, one_gpu.max_lse_diff,
@@ -95,20 +95,20 @@ int run_demo(DemoOptions o) {
   }
 
   // Flattened single-token rows with the same KV chunking must agree with the native form.
-  sim::RunOptions same_split = run;
+  testing::RunOptions same_split = run;
   same_split.limits = {.kv_chunk_blocks = std::max(1, 256 / spec.block_size)};
-  sim::RunOptions flat = same_split;
+  testing::RunOptions flat = same_split;
   flat.flatten = true;
-  const auto agree = sim::agreement(ranks.run(sc, same_split), ranks.run(sc, flat));
+  const auto agree = testing::agreement(ranks.run(sc, same_split), ranks.run(sc, flat));
   const bool flat_ok = agree.bit_identical;
   fmt::print(
       "flattened vs native (same KV split): max|dO| = {:.3e}, max|dLSE| = {:.3e}, {} -> {}\n",
       agree.max_out_diff, agree.max_lse_diff,
       agree.bit_identical ? "bit-identical" : "NOT bit-identical", flat_ok ? "pass" : "FAIL");
 
-  sim::RunOptions future = run;
+  testing::RunOptions future = run;
   future.see_future = true;
-  const auto bad = sim::compare(sc, ranks.run(sc, future), want, tol);
+  const auto bad = testing::compare(sc, ranks.run(sc, future), want, tol);
   // The control only means something when some request has drafts to see.
   const bool control_ok = !bad.pass || spec.max_drafts == 0;
   fmt::print("negative control (every row bounded at T): max|dO| = {:.3e} -> {} ({})\n",

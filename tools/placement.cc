@@ -16,9 +16,10 @@
 
 namespace dcpmla::tool {
 
-sim::RunResult Placement::run(const sim::Scenario& sc, const sim::RunOptions& options) const {
-  return collectives ? sim::run_dcp(sc, backend, collectives, options)
-                     : sim::run_dcp(sc, backend, options);
+testing::RunResult Placement::run(const testing::Scenario& sc,
+                                  const testing::RunOptions& options) const {
+  return collectives ? testing::run_dcp(sc, backend, collectives, options)
+                     : testing::run_dcp(sc, backend, options);
 }
 
 Placement simulated_on_gpu0() {

@@ -6,18 +6,18 @@
 #include <memory>
 #include <string>
 
-#include "dcpmla/sim/runner.h"
+#include "dcpmla/testing/runner.h"
 
 namespace dcpmla::tool {
 
 struct Placement {
-  std::string description;               // e.g. "cuda backend, 2 GPUs over NCCL"
-  sim::BackendFactory backend;           // rank -> its backend
-  sim::CommunicatorFactory collectives;  // empty: in-process collectives
+  std::string description;                   // e.g. "cuda backend, 2 GPUs over NCCL"
+  testing::BackendFactory backend;           // rank -> its backend
+  testing::CommunicatorFactory collectives;  // empty: in-process collectives
   bool multi_gpu = false;
   std::shared_ptr<void> resources;  // what the factories refer to (the NCCL or peer group)
 
-  sim::RunResult run(const sim::Scenario& sc, const sim::RunOptions& options) const;
+  testing::RunResult run(const testing::Scenario& sc, const testing::RunOptions& options) const;
 };
 
 // backend "cpu" or "cuda"; gpus 0 (simulate every rank on GPU 0) or W (rank r on GPU r).

@@ -25,7 +25,7 @@ float elapsed_ms(cudaEvent_t from, cudaEvent_t to) {
 EventTimer::EventTimer(int device, int steps, bool record_launches)
     : device_(device), record_launches_(record_launches) {
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
-  events_.assign(std::size_t(steps) * kMarksPerStep, nullptr);
+  events_.assign(std::size_t(steps) * kEventsPerStep, nullptr);
   for (auto& e : events_) check_cuda(cudaEventCreate(&e), "cudaEventCreate");
   marks_.resize(std::size_t(steps));
 }
@@ -39,52 +39,62 @@ EventTimer::~EventTimer() {
 
 void EventTimer::set_step(int step) {
   step_ = step;
-  marks_[std::size_t(step)] = StepMarks{};
+  marks_[std::size_t(step)] = StepEvents{};
 }
 
 cudaEvent_t EventTimer::event(int step, int index) const {
-  return events_[std::size_t(step) * kMarksPerStep + std::size_t(index)];
+  return events_[std::size_t(step) * kEventsPerStep + std::size_t(index)];
 }
 
 int EventTimer::record(Stream s) {
-  StepMarks& m = marks_[std::size_t(step_)];
-  require(m.count < kMarksPerStep, ErrorCode::out_of_range, "EventTimer marks of one step",
-          fmt::format("< {}", kMarksPerStep), std::to_string(m.count + 1));
+  StepEvents& m = marks_[std::size_t(step_)];
+  require(m.count < kEventsPerStep, ErrorCode::out_of_range, "EventTimer events of one step",
+          fmt::format("< {}", kEventsPerStep), std::to_string(m.count + 1));
   check_cuda(cudaEventRecord(event(step_, m.count), static_cast<cudaStream_t>(s)),
              "cudaEventRecord");
   return m.count++;
 }
 
-void EventTimer::mark(DcpStepPoint point, Stream s) {
-  const int index = record(s);
-  marks_[std::size_t(step_)].point_event[std::size_t(point)] = index;
+void EventTimer::before(const testing::Call&, Stream s) {
+  StepEvents& m = marks_[std::size_t(step_)];
+  if (m.count == 0) m.begin = record(s);
 }
 
-void EventTimer::mark_launch(DcpLaunch launch, Stream s) {
-  if (!record_launches_) return;
+void EventTimer::after(const testing::Call& call, Stream s) {
+  StepEvents& m = marks_[std::size_t(step_)];
+  const std::optional<Launch> launch = namer_.name(call.op);
+  if (call.op == testing::Op::decode) {
+    m.decoded = m.combined = record(s);
+    // W = 1: no gather before the decode and no combine after it.
+    if (m.query_gathered < 0) m.query_gathered = m.begin;
+    return;
+  }
+  if (!launch) return;
+  if (!record_launches_ && !in_query_gather(*launch) && !ends_step(*launch)) return;
   const int index = record(s);
-  marks_[std::size_t(step_)].launch_events.emplace_back(launch, index);
+  if (in_query_gather(*launch)) m.query_gathered = index;
+  m.combined = index;
+  if (record_launches_) m.launch_events.emplace_back(*launch, index);
 }
 
 StepPhases EventTimer::phases(int step) const {
-  const StepMarks& m = marks_[std::size_t(step)];
-  auto at = [&](DcpStepPoint p) { return event(step, m.point_event[std::size_t(p)]); };
+  const StepEvents& m = marks_[std::size_t(step)];
+  auto at = [&](int index) { return event(step, index); };
   StepPhases p;
-  p.query_gather = elapsed_ms(at(DcpStepPoint::begin), at(DcpStepPoint::query_gathered));
-  p.decode = elapsed_ms(at(DcpStepPoint::query_gathered), at(DcpStepPoint::decoded));
-  p.combine = elapsed_ms(at(DcpStepPoint::decoded), at(DcpStepPoint::combined));
-  p.step = elapsed_ms(at(DcpStepPoint::begin), at(DcpStepPoint::combined));
-  // Every launch mark follows the step's begin mark, so index - 1 is the previous mark.
+  p.query_gather = elapsed_ms(at(m.begin), at(m.query_gathered));
+  p.decode = elapsed_ms(at(m.query_gathered), at(m.decoded));
+  p.combine = elapsed_ms(at(m.decoded), at(m.combined));
+  p.step = elapsed_ms(at(m.begin), at(m.combined));
+  // Every launch event follows the step's begin event, so index - 1 is the previous event.
   for (const auto& [launch, index] : m.launch_events) {
-    p.launches.emplace_back(launch, elapsed_ms(event(step, index - 1), event(step, index)));
+    p.launches.emplace_back(launch, elapsed_ms(at(index - 1), at(index)));
   }
   return p;
 }
 
 float EventTimer::span(int first, int last) const {
-  const auto begin = std::size_t(DcpStepPoint::begin), end = std::size_t(DcpStepPoint::combined);
-  return elapsed_ms(event(first, marks_[std::size_t(first)].point_event[begin]),
-                    event(last, marks_[std::size_t(last)].point_event[end]));
+  return elapsed_ms(event(first, marks_[std::size_t(first)].begin),
+                    event(last, marks_[std::size_t(last)].combined));
 }
 
 EventSeries::EventSeries(int device, int calls) : device_(device) {

@@ -1,6 +1,7 @@
-// A DcpStepTimer that records a CUDA event at each point of each timed step, and after each launch
-// of the query gather and the combine, so the phases of every step (query all-gather, decode,
-// combine) and the launches inside them are measured on the GPU, without host syncs.
+// A CallObserver of a DCP step (pass it to RankStep::run, which observes the step's backend and
+// communicator) that records a CUDA event before each timed step's first call and after its
+// calls, so the phases of every step (query all-gather, decode, combine) and the launches inside
+// them are measured on the GPU, without host syncs.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -9,53 +10,55 @@
 #include <utility>
 #include <vector>
 
-#include "dcpmla/dcp.h"
+#include "dcpmla/testing/observed.h"
+#include "step_launch.h"
 
 namespace dcpmla::bench {
 
 // Milliseconds of one step's phases on one rank.
 struct StepPhases {
-  float query_gather = 0;  // all-gather of the query over heads + the layout change after it
+  float query_gather = 0;  // all-gather of the query over heads
   float decode = 0;        // the rank's local attention over its KV shard
   float combine = 0;       // ag_rs or a2a, to the final output of this rank's heads
   float step = 0;          // begin to combined
-  // Each marked launch of the step in stream order, with the milliseconds from the step's
-  // previous mark to its own (empty when launches are not recorded, and for W = 1).
-  std::vector<std::pair<DcpLaunch, float>> launches;
+  // Each launch of the step in stream order, with the milliseconds from the step's previous
+  // event to its own (empty when launches are not recorded, and for W = 1).
+  std::vector<std::pair<Launch, float>> launches;
 };
 
-class EventTimer final : public DcpStepTimer {
+class EventTimer final : public testing::CallObserver {
  public:
-  // Events on `device` for `steps` steps. record_launches false: only the four points of a
-  // step get events (mark_launch does nothing), as before the launches were timed.
+  // Events on `device` for `steps` steps. record_launches false: events only where a phase
+  // ends, not after every launch.
   EventTimer(int device, int steps, bool record_launches = true);
   EventTimer(const EventTimer&) = delete;
   EventTimer& operator=(const EventTimer&) = delete;
   ~EventTimer() override;
 
-  // The following marks belong to step `step` (< steps); forgets any earlier marks of that step.
+  // The following calls belong to step `step` (< steps); forgets any earlier events of that step.
   void set_step(int step);
-  void mark(DcpStepPoint point, Stream s) override;
-  void mark_launch(DcpLaunch launch, Stream s) override;
-  // After the stream has passed the last mark of `step`.
+  void before(const testing::Call& call, Stream s) override;
+  void after(const testing::Call& call, Stream s) override;
+  // After the stream has passed the last call of `step`.
   StepPhases phases(int step) const;
-  // Milliseconds from the begin of step `first` to the end (combined) of step `last`.
+  // Milliseconds from the begin of step `first` to the end of step `last`.
   float span(int first, int last) const;
 
  private:
-  static constexpr int kMarksPerStep = 16;  // 4 points + at most 6 launches, with room
-  struct StepMarks {
-    int count = 0;                     // events recorded so far
-    std::array<int, 4> point_event{};  // the event of each DcpStepPoint
-    std::vector<std::pair<DcpLaunch, int>> launch_events;
+  static constexpr int kEventsPerStep = 16;  // begin + decode + at most 5 launches, with room
+  struct StepEvents {
+    int count = 0;  // events recorded so far
+    int begin = -1, query_gathered = -1, decoded = -1, combined = -1;
+    std::vector<std::pair<Launch, int>> launch_events;
   };
   int record(Stream s);  // the next event of the current step, recorded on s
   cudaEvent_t event(int step, int index) const;
   int device_;
   bool record_launches_;
   int step_ = 0;
-  std::vector<cudaEvent_t> events_;  // [steps, kMarksPerStep], in each step's mark order
-  std::vector<StepMarks> marks_;     // [steps]
+  LaunchNamer namer_;
+  std::vector<cudaEvent_t> events_;  // [steps, kEventsPerStep], in each step's order
+  std::vector<StepEvents> marks_;    // [steps]
 };
 
 // Events at the start of each of n back-to-back calls and after the last one.

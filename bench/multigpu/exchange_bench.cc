@@ -16,12 +16,12 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "dcpmla/error.h"
 #include "dcpmla/nccl_comm.h"
 #include "dcpmla/peer_comm.h"
+#include "dcpmla/testing/run_ranks.h"
 #include "event_timer.h"
 
 namespace dcpmla::bench {
@@ -95,53 +95,41 @@ Timing time_calls(const std::vector<Communicator*>& comms,
                   int calls) {
   const int W = int(comms.size());
   std::vector<double> eager(W), graph(W);
-  std::vector<std::string> errors(W);
   std::barrier sync(W);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < W; ++r) {
-    threads.emplace_back([&, r] {
-      RankBuffers& b = *bufs[std::size_t(r)];
-      Communicator& comm = *comms[std::size_t(r)];
-      try {
-        check_cuda(cudaSetDevice(b.device), "cudaSetDevice");
-        for (int i = 0; i < 20; ++i) call(comm, op, b, bytes);
-        check_cuda(cudaStreamSynchronize(b.stream), "cudaStreamSynchronize");
-        sync.arrive_and_wait();
-        check_cuda(cudaEventRecord(b.begin, b.stream), "cudaEventRecord");
-        for (int i = 0; i < calls; ++i) call(comm, op, b, bytes);
-        check_cuda(cudaEventRecord(b.end, b.stream), "cudaEventRecord");
-        check_cuda(cudaStreamSynchronize(b.stream), "cudaStreamSynchronize");
-        float ms = 0;
-        check_cuda(cudaEventElapsedTime(&ms, b.begin, b.end), "cudaEventElapsedTime");
-        eager[std::size_t(r)] = 1e3 * ms / calls;
+  testing::run_ranks(W, [&](int r) {
+    RankBuffers& b = *bufs[std::size_t(r)];
+    Communicator& comm = *comms[std::size_t(r)];
+    check_cuda(cudaSetDevice(b.device), "cudaSetDevice");
+    for (int i = 0; i < 20; ++i) call(comm, op, b, bytes);
+    check_cuda(cudaStreamSynchronize(b.stream), "cudaStreamSynchronize");
+    sync.arrive_and_wait();
+    check_cuda(cudaEventRecord(b.begin, b.stream), "cudaEventRecord");
+    for (int i = 0; i < calls; ++i) call(comm, op, b, bytes);
+    check_cuda(cudaEventRecord(b.end, b.stream), "cudaEventRecord");
+    check_cuda(cudaStreamSynchronize(b.stream), "cudaStreamSynchronize");
+    float ms = 0;
+    check_cuda(cudaEventElapsedTime(&ms, b.begin, b.end), "cudaEventElapsedTime");
+    eager[std::size_t(r)] = 1e3 * ms / calls;
 
-        cudaGraph_t g = nullptr;
-        cudaGraphExec_t exec = nullptr;
-        check_cuda(cudaStreamBeginCapture(b.stream, cudaStreamCaptureModeThreadLocal),
-                   "cudaStreamBeginCapture");
-        for (int i = 0; i < calls; ++i) call(comm, op, b, bytes);
-        check_cuda(cudaStreamEndCapture(b.stream, &g), "cudaStreamEndCapture");
-        check_cuda(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
-        check_cuda(cudaGraphLaunch(exec, b.stream), "cudaGraphLaunch");  // warm
-        check_cuda(cudaStreamSynchronize(b.stream), "cudaStreamSynchronize");
-        sync.arrive_and_wait();
-        check_cuda(cudaEventRecord(b.begin, b.stream), "cudaEventRecord");
-        check_cuda(cudaGraphLaunch(exec, b.stream), "cudaGraphLaunch");
-        check_cuda(cudaEventRecord(b.end, b.stream), "cudaEventRecord");
-        check_cuda(cudaStreamSynchronize(b.stream), "cudaStreamSynchronize");
-        check_cuda(cudaEventElapsedTime(&ms, b.begin, b.end), "cudaEventElapsedTime");
-        graph[std::size_t(r)] = 1e3 * ms / calls;
-        cudaGraphExecDestroy(exec);
-        cudaGraphDestroy(g);
-      } catch (const std::exception& e) {
-        errors[std::size_t(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const std::string& e : errors) {
-    if (!e.empty()) throw std::runtime_error(e);
-  }
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    check_cuda(cudaStreamBeginCapture(b.stream, cudaStreamCaptureModeThreadLocal),
+               "cudaStreamBeginCapture");
+    for (int i = 0; i < calls; ++i) call(comm, op, b, bytes);
+    check_cuda(cudaStreamEndCapture(b.stream, &g), "cudaStreamEndCapture");
+    check_cuda(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
+    check_cuda(cudaGraphLaunch(exec, b.stream), "cudaGraphLaunch");  // warm
+    check_cuda(cudaStreamSynchronize(b.stream), "cudaStreamSynchronize");
+    sync.arrive_and_wait();
+    check_cuda(cudaEventRecord(b.begin, b.stream), "cudaEventRecord");
+    check_cuda(cudaGraphLaunch(exec, b.stream), "cudaGraphLaunch");
+    check_cuda(cudaEventRecord(b.end, b.stream), "cudaEventRecord");
+    check_cuda(cudaStreamSynchronize(b.stream), "cudaStreamSynchronize");
+    check_cuda(cudaEventElapsedTime(&ms, b.begin, b.end), "cudaEventElapsedTime");
+    graph[std::size_t(r)] = 1e3 * ms / calls;
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(g);
+  });
   return {*std::max_element(eager.begin(), eager.end()),
           *std::max_element(graph.begin(), graph.end())};
 }
@@ -176,13 +164,9 @@ int run(int argc, char** argv) {
             "positive multiples of 4 bytes", std::to_string(b));
   }
   const std::size_t max_chunk = *std::max_element(sizes.begin(), sizes.end());
-  const char* fence = std::getenv("DCPMLA_PEER_FENCE");
-  const char* no_pdl = std::getenv("DCPMLA_NO_PDL");
   nlohmann::json doc{{"program", "dcpmla_exchange_bench"},
                      {"commit", commit},
                      {"calls", calls},
-                     {"DCPMLA_PEER_FENCE", fence ? fence : "unset"},
-                     {"DCPMLA_NO_PDL", no_pdl ? no_pdl : "unset"},
                      {"timing",
                       "per call: (last event - first event) / calls on each rank, the slowest "
                       "rank; eager: calls enqueued back to back; graph: the same calls captured "

@@ -1,12 +1,12 @@
 // dcpmla_multigpu_bench: one DCP decode step (one layer's attention) across GPUs over NCCL. Per
 // step: the query all-gather, the attention (local decode over the rank's KV shard) and the
-// combine (ag_rs, a2a, a2a with the bf16 payload, and that with a separate pack launch), each
-// timed with CUDA events, for W = 1 and W = 2, 4, ... up to the GPUs present; the whole step
-// time, and its ratio to W = 1.
+// combine (ag_rs, a2a, a2a with the bf16 payload), each timed with CUDA events recorded between
+// the calls of the observed backend and communicator, for W = 1 and W = 2, 4, ... up to the GPUs
+// present; the whole step time, and its ratio to W = 1.
 // For W >= 2 the query gather and the combine are also split into their launches (each NCCL
 // collective and each kernel around it), and each collective is timed alone, the same call in a
 // loop of back-to-back calls on idle GPUs, to compare with its time inside the step.
-// Writes JSON (command, commit, date, devices, versions, every timing, the targets) and
+// Writes JSON (command, commit, date, devices, versions, every timing, the performance targets) and
 // prints a table.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -108,16 +108,16 @@ int run(int argc, char** argv) {
                  "cuda_plan_limits)");
   bool no_launch_events = false;
   app.add_flag("--no-launch-events", no_launch_events,
-               "time only the four points of a step, not each launch of the query gather and "
-               "the combine (the events between launches as before this was measured)");
+               "time only the phases of a step, not each launch of the query gather and the "
+               "combine");
   app.add_option("--alone-calls", mo.alone_calls,
                  "back-to-back calls of each collective timed alone, on idle GPUs (W >= 2; "
                  ">= 50, or 0 to skip)")
       ->check(CLI::NonNegativeNumber);
   bool sequential_variants = false;
   app.add_flag("--sequential-variants", sequential_variants,
-               "time all steps of one combine variant, then the next (the order before session "
-               "20) instead of step i of every variant in turn");
+               "time all steps of one combine variant, then the next, instead of step i of every "
+               "variant in turn");
   CLI11_PARSE(app, argc, argv);
   mo.launch_events = !no_launch_events;
   mo.interleave_variants = !sequential_variants;
@@ -181,9 +181,9 @@ int run(int argc, char** argv) {
          "variant's step: W = 1 runs no collective, so its variants are the same work"},
         {"sub_phases",
          "combines[].sub_phases: with launch_events, an event after every launch of the query "
-         "gather (nccl_all_gather_q, kernel_unpack_q; no kernel precedes the gather) and of the "
+         "gather (nccl_all_gather_q; no kernel precedes or follows the gather) and of the "
          "combine (ag_rs: nccl_all_gather_lse, kernel_rescale, nccl_reduce_scatter_o, "
-         "kernel_convert_o; a2a: kernel_pack, nccl_all_to_all, kernel_merge); a launch's time "
+         "kernel_convert_o; a2a: nccl_all_to_all, kernel_merge); a launch's time "
          "runs from the previous event of the step to its own (so it includes any gap before "
          "it). median_us / min_us: per step the slowest rank, then over the steps; own_*: per "
          "step the fastest rank; rank_median_us: per rank. alone: the name of the same call "

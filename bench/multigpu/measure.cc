@@ -8,11 +8,11 @@
 #include <exception>
 #include <iterator>
 #include <memory>
-#include <thread>
 #include <utility>
 
 #include "collective_alone.h"
 #include "dcpmla/error.h"
+#include "dcpmla/testing/run_ranks.h"
 #include "event_timer.h"
 #include "rank_step.h"
 
@@ -37,12 +37,9 @@ struct RankRecord {
 struct Variant {
   Combine combine;
   DType payload;
-  bool pack_in_decode;
 };
-constexpr Variant kVariants[] = {{Combine::ag_rs, DType::f32, true},
-                                 {Combine::a2a, DType::f32, true},
-                                 {Combine::a2a, DType::bf16, true},
-                                 {Combine::a2a, DType::bf16, false}};
+constexpr Variant kVariants[] = {
+    {Combine::ag_rs, DType::f32}, {Combine::a2a, DType::f32}, {Combine::a2a, DType::bf16}};
 
 enum class OverRanks { slowest, fastest };
 
@@ -110,8 +107,8 @@ std::vector<CollectiveAlone> alone_timings(const std::vector<RankRecord>& ranks,
     CollectiveAlone t;
     t.name = call.name();
     t.launch = call.launch;
-    t.dtype = call.dtype;
-    t.count = call.count;
+    t.dtype = call.call.dtype;
+    t.count = call.call.count;
     t.send_bytes = call.send_bytes(world);
     t.recv_bytes = call.recv_bytes(world);
     t.calls = int(r0.alone_call_us[a].size());
@@ -147,12 +144,12 @@ void time_alone(RankStep& step, Communicator& comm, std::barrier<>& sync, int de
   EventSeries series(device, calls);
   const Stream s = step.stream();
   for (const CollectiveCall& call : rec.alone_calls) {
-    for (int i = 0; i < warmup; ++i) replay(call, comm, s);
+    for (int i = 0; i < warmup; ++i) testing::replay(call.call, comm, s);
     step.synchronize();
     sync.arrive_and_wait();  // start the loops together
     for (int i = 0; i < calls; ++i) {
       series.record(i, s);
-      replay(call, comm, s);
+      testing::replay(call.call, comm, s);
     }
     series.record(calls, s);
     step.synchronize();
@@ -167,7 +164,6 @@ CombineTiming summarize(Variant v, std::size_t c, const std::vector<RankRecord>&
   CombineTiming t;
   t.combine = v.combine;
   t.payload = v.payload;
-  t.pack_in_decode = v.pack_in_decode;
   t.query_gather = phase_stat(ranks, c, steps, &StepPhases::query_gather, OverRanks::slowest);
   t.decode = phase_stat(ranks, c, steps, &StepPhases::decode, OverRanks::slowest);
   t.combine_phase = phase_stat(ranks, c, steps, &StepPhases::combine, OverRanks::slowest);
@@ -208,93 +204,84 @@ ShapeTiming measure(const std::vector<Communicator*>& comms, const Shape& shape,
   result.world = W;
   result.flops = sb.flops;
   std::vector<RankRecord> records(static_cast<std::size_t>(W));
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(W));
   std::atomic<bool> setup_failed{false};
   std::atomic<bool> all_finite{true};
   std::barrier sync(W);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < W; ++r) {
-    threads.emplace_back([&, r] {
-      std::unique_ptr<RankStep> step;
-      std::vector<std::unique_ptr<EventTimer>> timers;  // [variant]
-      try {
-        step = std::make_unique<RankStep>(r, W, shape, sb, o.block_size, o.target_work_items);
-        for (std::size_t v = 0; v < std::size(kVariants); ++v) {
-          timers.push_back(std::make_unique<EventTimer>(r, o.steps, o.launch_events));
-        }
-      } catch (...) {
-        errors[std::size_t(r)] = std::current_exception();
-        setup_failed = true;
+  testing::run_ranks(W, [&](int r) {
+    std::unique_ptr<RankStep> step;
+    std::vector<std::unique_ptr<EventTimer>> timers;  // [variant]
+    try {
+      step = std::make_unique<RankStep>(r, W, shape, sb, o.block_size, o.target_work_items);
+      for (std::size_t v = 0; v < std::size(kVariants); ++v) {
+        timers.push_back(std::make_unique<EventTimer>(r, o.steps, o.launch_events));
       }
+    } catch (...) {
       // Nobody enters a collective unless every rank is ready to join it.
+      setup_failed = true;
       sync.arrive_and_wait();
-      if (setup_failed) return;
-      try {
-        Communicator& comm = *comms[std::size_t(r)];
-        RankRecord& rec = records[std::size_t(r)];
-        CollectiveRecorder recorder(comm);
-        auto prepare = [&](const Variant& v) {
-          // One untimed step through the recorder: the collectives this combine makes.
-          recorder.clear();
-          step->run(recorder, v.combine, v.payload, v.pack_in_decode, &recorder);
-          rec.calls.push_back(recorder.calls());
-          for (int i = 0; i < o.warmup; ++i)
-            step->run(comm, v.combine, v.payload, v.pack_in_decode, nullptr);
-          step->synchronize();
-          sync.arrive_and_wait();  // start the timed steps together
-        };
-        auto timed_step = [&](std::size_t v, int i) {
-          timers[v]->set_step(i);
-          step->run(comm, kVariants[v].combine, kVariants[v].payload, kVariants[v].pack_in_decode,
-                    timers[v].get());
-        };
-        const std::size_t V = std::size(kVariants);
-        if (o.interleave_variants) {
-          // Step i of every variant, then step i + 1: the variants share the GPU's clock and
-          // power state (run one after another, the first ran faster at W = 1, where all
-          // variants are the same work).
-          for (const Variant& v : kVariants) prepare(v);
-          for (int i = 0; i < o.steps; ++i) {
-            for (std::size_t v = 0; v < V; ++v) timed_step(v, i);
-          }
-        } else {
-          for (std::size_t v = 0; v < V; ++v) {
-            prepare(kVariants[v]);
-            for (int i = 0; i < o.steps; ++i) timed_step(v, i);
-            step->synchronize();
-          }
-        }
+      throw;
+    }
+    sync.arrive_and_wait();
+    if (setup_failed) return;
+    try {
+      Communicator& comm = *comms[std::size_t(r)];
+      RankRecord& rec = records[std::size_t(r)];
+      CollectiveRecorder recorder;
+      auto prepare = [&](const Variant& v) {
+        // One untimed step through the recorder: the collectives this combine makes.
+        recorder.clear();
+        step->run(comm, v.combine, v.payload, &recorder);
+        rec.calls.push_back(recorder.calls());
+        for (int i = 0; i < o.warmup; ++i) step->run(comm, v.combine, v.payload, nullptr);
         step->synchronize();
+        sync.arrive_and_wait();  // start the timed steps together
+      };
+      auto timed_step = [&](std::size_t v, int i) {
+        timers[v]->set_step(i);
+        step->run(comm, kVariants[v].combine, kVariants[v].payload, timers[v].get());
+      };
+      const std::size_t V = std::size(kVariants);
+      if (o.interleave_variants) {
+        // Step i of every variant, then step i + 1: the variants share the GPU's clock and
+        // power state (run one after another, the first ran faster at W = 1, where all
+        // variants are the same work).
+        for (const Variant& v : kVariants) prepare(v);
+        for (int i = 0; i < o.steps; ++i) {
+          for (std::size_t v = 0; v < V; ++v) timed_step(v, i);
+        }
+      } else {
         for (std::size_t v = 0; v < V; ++v) {
-          std::vector<StepPhases> phases;
-          for (int i = 0; i < o.steps; ++i) phases.push_back(timers[v]->phases(i));
-          rec.phases.push_back(std::move(phases));
-          // Interleaved, a variant's first and last steps span every variant's steps.
-          rec.loop_ms.push_back(timers[v]->span(0, o.steps - 1) /
-                                float(o.interleave_variants ? V : 1));
+          prepare(kVariants[v]);
+          for (int i = 0; i < o.steps; ++i) timed_step(v, i);
+          step->synchronize();
         }
-        if (!step->output_finite()) all_finite = false;
-        // After the finiteness check: the loops overwrite the step's receive buffers.
-        if (W > 1 && o.alone_calls > 0) {
-          time_alone(*step, comm, sync, r, o.warmup, o.alone_calls, rec);
-        }
-        if (r == 0) {
-          result.rows = step->rows();
-          result.kv_bytes_per_rank = step->kv_bytes();
-          result.work_items = step->work_items();
-        }
-      } catch (...) {
-        // Peers waiting at a barrier go on without this rank; peers already inside a collective
-        // wait for it on the GPU, and the caller's timeout has to end the run.
-        errors[std::size_t(r)] = std::current_exception();
-        sync.arrive_and_drop();
       }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+      step->synchronize();
+      for (std::size_t v = 0; v < V; ++v) {
+        std::vector<StepPhases> phases;
+        for (int i = 0; i < o.steps; ++i) phases.push_back(timers[v]->phases(i));
+        rec.phases.push_back(std::move(phases));
+        // Interleaved, a variant's first and last steps span every variant's steps.
+        rec.loop_ms.push_back(timers[v]->span(0, o.steps - 1) /
+                              float(o.interleave_variants ? V : 1));
+      }
+      if (!step->output_finite()) all_finite = false;
+      // After the finiteness check: the loops overwrite the step's receive buffers.
+      if (W > 1 && o.alone_calls > 0) {
+        time_alone(*step, comm, sync, r, o.warmup, o.alone_calls, rec);
+      }
+      if (r == 0) {
+        result.rows = step->rows();
+        result.kv_bytes_per_rank = step->kv_bytes();
+        result.work_items = step->work_items();
+      }
+    } catch (...) {
+      // Peers waiting at a barrier go on without this rank; peers already inside a collective
+      // wait for it on the GPU, and the caller's timeout has to end the run.
+      sync.arrive_and_drop();
+      throw;
+    }
+  });
   result.output_finite = all_finite;
   for (std::size_t c = 0; c < std::size(kVariants); ++c) {
     result.combines.push_back(summarize(kVariants[c], c, records, o.steps));

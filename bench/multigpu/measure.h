@@ -1,6 +1,5 @@
 // Times one shape as a W-rank DCP step on GPUs 0..W-1 over NCCL, every combine variant (ag_rs, a2a,
-// a2a with a bf16 payload, and that with a separate pack launch), with CUDA events around every
-// phase of every step.
+// a2a with a bf16 payload), with CUDA events around every phase of every step.
 #pragma once
 
 #include <string>
@@ -9,6 +8,7 @@
 #include "dcpmla/comm.h"
 #include "dcpmla/dcp.h"
 #include "grid.h"
+#include "step_launch.h"
 
 namespace dcpmla::bench {
 
@@ -18,9 +18,9 @@ struct Stat {
 };
 
 // One launch of the query gather or the combine inside the timed steps (a sub-phase), from the
-// step's previous mark to the mark after it (see DcpLaunch).
+// step's previous event to the event after it (see Launch).
 struct LaunchTiming {
-  DcpLaunch launch = DcpLaunch::nccl_all_gather_q;
+  Launch launch = Launch::nccl_all_gather_q;
   Stat slowest;  // per step the maximum over ranks, then median and min over the steps
   Stat own;      // per step the minimum over ranks (as the *_own phases)
   std::vector<double> rank_median_us;  // per rank, the median over the steps
@@ -31,7 +31,7 @@ struct LaunchTiming {
 // back-to-back calls on GPUs doing nothing else, an event before each call and after the last.
 struct CollectiveAlone {
   std::string name;  // CollectiveCall::name(), e.g. "nccl_all_gather_q/bf16"
-  DcpLaunch launch = DcpLaunch::nccl_all_gather_q;
+  Launch launch = Launch::nccl_all_gather_q;
   DType dtype = DType::f32;
   std::size_t count = 0;       // elements per chunk, as passed to the Communicator
   std::size_t send_bytes = 0;  // per rank
@@ -49,11 +49,9 @@ struct CollectiveAlone {
 struct CombineTiming {
   Combine combine = Combine::ag_rs;
   DType payload = DType::f32;  // the a2a all-to-all's payload (DcpStepArgs::combine_payload)
-  bool pack_in_decode = true;  // a2a: DcpStepArgs::pack_in_decode (false: a pack launch)
-  // "ag_rs", "a2a", "a2a/bf16", or "a2a/bf16+pack" (the decode to fp32 rows, then a pack launch).
+  // "ag_rs", "a2a" or "a2a/bf16".
   std::string label() const {
-    return std::string(to_string(combine)) + (payload == DType::bf16 ? "/bf16" : "") +
-           (combine == Combine::a2a && !pack_in_decode ? "+pack" : "");
+    return std::string(to_string(combine)) + (payload == DType::bf16 ? "/bf16" : "");
   }
   Stat query_gather, decode, combine_phase, step;
   Stat query_gather_own, combine_own;  // min over ranks: without the wait for the last rank
@@ -77,7 +75,7 @@ struct ShapeTiming {
   double flops = 0;              // the step's attention FLOPs, all ranks together
   std::size_t work_items = 0;    // rank 0's plan
   bool output_finite = true;
-  std::vector<CombineTiming> combines;  // ag_rs, a2a, a2a/bf16, a2a/bf16+pack
+  std::vector<CombineTiming> combines;  // ag_rs, a2a, a2a/bf16
   std::vector<CollectiveAlone> alone;   // W >= 2: every distinct collective of the three combines
 };
 
@@ -89,7 +87,7 @@ struct MeasureOptions {
   // for each rank's shard and GPU).
   int target_work_items = 0;
   // Events after every launch of the query gather and the combine (LaunchTiming); false: only
-  // at the four points of a step, as before these were timed.
+  // where a phase ends.
   bool launch_events = true;
   // Back-to-back calls of each collective timed alone (W >= 2); 0 skips that measurement.
   int alone_calls = 100;

@@ -84,13 +84,17 @@ RankStep::~RankStep() {
   }
 }
 
-void RankStep::run(Communicator& comm, Combine combine, DType payload, bool pack_in_decode,
-                   DcpStepTimer* timer) {
+void RankStep::run(Communicator& comm, Combine combine, DType payload,
+                   testing::CallObserver* observer) {
   args_.combine = combine;
   args_.combine_payload = payload;
-  args_.pack_in_decode = pack_in_decode;
-  args_.timer = timer;
-  dcp_step(*backend_, comm, *workspace_, args_, stream_);
+  if (observer == nullptr) {
+    dcp_step(*backend_, comm, *workspace_, args_, stream_);
+    return;
+  }
+  testing::ObservedBackend backend(*backend_, *observer);
+  testing::ObservedCommunicator observed(comm, *observer);
+  dcp_step(backend, observed, *workspace_, args_, stream_);
 }
 
 void RankStep::synchronize() {

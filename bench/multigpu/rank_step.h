@@ -10,6 +10,7 @@
 #include "dcpmla/backend.h"
 #include "dcpmla/dcp.h"
 #include "dcpmla/plan.h"
+#include "dcpmla/testing/observed.h"
 #include "grid.h"
 
 namespace dcpmla::bench {
@@ -23,9 +24,9 @@ class RankStep {
   RankStep& operator=(const RankStep&) = delete;
   ~RankStep();
 
-  // Enqueues one step on this rank's stream (no host synchronisation).
-  void run(Communicator& comm, Combine combine, DType payload, bool pack_in_decode,
-           DcpStepTimer* timer);
+  // Enqueues one step on this rank's stream (no host synchronisation); with an observer, through
+  // the observed backend and communicator.
+  void run(Communicator& comm, Combine combine, DType payload, testing::CallObserver* observer);
   void synchronize();
   Stream stream() const { return stream_; }
   // Downloads this rank's LSE: every row sees keys on every rank here, so all must be finite.

@@ -35,8 +35,8 @@ const CollectiveAlone* find_alone(const Measured& m, const std::string& name) {
   return nullptr;
 }
 
-const char* phase_name(DcpLaunch l) {
-  return phase_of(l) == DcpStepPoint::query_gathered ? "query_gather" : "combine_phase";
+const char* phase_name(Launch l) {
+  return in_query_gather(l) ? "query_gather" : "combine_phase";
 }
 
 nlohmann::json launch_json(const Measured& m, const LaunchTiming& t) {
@@ -73,11 +73,11 @@ nlohmann::json alone_json(const CollectiveAlone& a) {
           {"algbw_gbps", size / (a.per_call.median_us * 1e-6) / 1e9}};
 }
 
-// "nccl_all_gather_q 31.2 (own 25.0, alone 14.1) | kernel_unpack_q 4.2 (own 4.0)"
-std::string launches_line(const Measured& m, const CombineTiming& t, DcpStepPoint phase) {
+// "nccl_all_to_all 31.2 (own 25.0, alone 14.1) | kernel_merge 4.2 (own 4.0)"
+std::string launches_line(const Measured& m, const CombineTiming& t, bool query_gather) {
   std::string line;
   for (const LaunchTiming& l : t.launches) {
-    if (phase_of(l.launch) != phase) continue;
+    if (in_query_gather(l.launch) != query_gather) continue;
     if (!line.empty()) line += " | ";
     line += fmt::format("{} {:.1f} (own {:.1f}", to_string(l.launch), l.slowest.median_us,
                         l.own.median_us);
@@ -120,8 +120,8 @@ void print_rows(const Measured& m, const Measured* baseline) {
                  fmt::join(t.rank_decode_median_us, " "), fmt::join(t.rank_combine_median_us, " "));
     }
     if (!t.launches.empty()) {
-      fmt::print("      gather:  {}\n", launches_line(m, t, DcpStepPoint::query_gathered));
-      fmt::print("      combine: {}\n", launches_line(m, t, DcpStepPoint::combined));
+      fmt::print("      gather:  {}\n", launches_line(m, t, true));
+      fmt::print("      combine: {}\n", launches_line(m, t, false));
     }
   }
   for (const CollectiveAlone& a : m.timing.alone) {

@@ -1,5 +1,5 @@
 // The benchmark's output: one table row per (shape, W, combine) on stdout, and the JSON document
-// (provenance, devices, every timing, the ratios to W = 1 and the targets).
+// (provenance, devices, every timing, the ratios to W = 1 and the performance targets).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -25,7 +25,7 @@ void print_rows(const Measured& m, const Measured* baseline);
 
 nlohmann::json to_json(const Measured& m, const Measured* baseline);
 
-// The targets, evaluated on what was measured:
+// The performance targets, evaluated on what was measured:
 //  - at 128K context, Q = 1 (the least compute-bound shapes of the grid): step(W) / step(W = 1)
 //    <= 0.55 for W = 2;
 //  - at 32K context, batch 32: combine <= 10 % of the attention (decode) time, for W >= 2.

@@ -2,8 +2,8 @@
 // memory (peer access), one DCP rank per GPU. Two ways in: PeerGroup (one process driving all W
 // GPUs) and PeerCommunicator::join (one process per GPU, as serving engines run DCP ranks).
 //
-// Why: on the H200 machines NCCL takes 25-40 us per collective for the 2-5 MB a DCP step moves,
-// almost all of it per-call cost (bench/NOTES.md, sessions 5-8). Here every collective is one
+// Why: for the 2-5 MB a DCP step moves, NCCL's time per collective is almost all per-call cost
+// (docs/design/experiments.md). Here every collective is one
 // kernel on the caller's stream: each thread block pushes its slice of every peer's chunk into
 // that peer's staging area with plain stores over NVLink, raises a flag per (peer, block) with a
 // system-scope release, waits for the peers' flags on its own slice, then copies (or, for

@@ -17,55 +17,6 @@ Combine parse_combine(std::string_view text, const std::string& argument) {
   throw Error(ErrorCode::invalid_argument, argument, "ag_rs or a2a", "'" + std::string(text) + "'");
 }
 
-const char* to_string(DcpStepPoint p) {
-  switch (p) {
-    case DcpStepPoint::begin:
-      return "begin";
-    case DcpStepPoint::query_gathered:
-      return "query_gathered";
-    case DcpStepPoint::decoded:
-      return "decoded";
-    case DcpStepPoint::combined:
-      return "combined";
-  }
-  return "unknown";
-}
-
-const char* to_string(DcpLaunch l) {
-  switch (l) {
-    case DcpLaunch::nccl_all_gather_q:
-      return "nccl_all_gather_q";
-    case DcpLaunch::kernel_unpack_q:
-      return "kernel_unpack_q";
-    case DcpLaunch::nccl_all_gather_lse:
-      return "nccl_all_gather_lse";
-    case DcpLaunch::kernel_rescale:
-      return "kernel_rescale";
-    case DcpLaunch::nccl_reduce_scatter_o:
-      return "nccl_reduce_scatter_o";
-    case DcpLaunch::kernel_convert_o:
-      return "kernel_convert_o";
-    case DcpLaunch::kernel_pack:
-      return "kernel_pack";
-    case DcpLaunch::nccl_all_to_all:
-      return "nccl_all_to_all";
-    case DcpLaunch::kernel_merge:
-      return "kernel_merge";
-  }
-  return "unknown";
-}
-
-DcpStepPoint phase_of(DcpLaunch l) {
-  return l == DcpLaunch::nccl_all_gather_q || l == DcpLaunch::kernel_unpack_q
-             ? DcpStepPoint::query_gathered
-             : DcpStepPoint::combined;
-}
-
-bool is_collective(DcpLaunch l) {
-  return l == DcpLaunch::nccl_all_gather_q || l == DcpLaunch::nccl_all_gather_lse ||
-         l == DcpLaunch::nccl_reduce_scatter_o || l == DcpLaunch::nccl_all_to_all;
-}
-
 DcpWorkspace::DcpWorkspace(Backend& backend, int world_, std::int64_t max_rows_,
                            int heads_per_rank_, DType q_dtype_, std::size_t decode_bytes)
     : world(world_), max_rows(max_rows_), heads_per_rank(heads_per_rank_), q_dtype(q_dtype_) {
@@ -75,7 +26,6 @@ DcpWorkspace::DcpWorkspace(Backend& backend, int world_, std::int64_t max_rows_,
           std::to_string(heads_per_rank));
   const std::size_t W = world, N = max_rows, Hl = heads_per_rank, H = W * Hl;
   gathered_q = DeviceBuffer(backend, W * N * Hl * kHeadDim * dtype_size(q_dtype));
-  q = DeviceBuffer(backend, N * H * kHeadDim * dtype_size(q_dtype));
   partial_out = DeviceBuffer(backend, N * H * kLatentDim * 4);
   partial_lse = DeviceBuffer(backend, N * H * 4);
   send_out = DeviceBuffer(backend, W * N * Hl * kPackedRow * 4);
@@ -127,11 +77,11 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
 
   const DType qt = a.q_local.dtype;
   const TensorRef gathered = ws.gathered_q.tensor(qt, {W, N, Hl, kHeadDim});
-  const TensorRef q = ws.q.tensor(qt, {N, H, kHeadDim});
   const TensorRef partial_out = ws.partial_out.tensor(DType::f32, {N, H, kLatentDim});
   const TensorRef partial_lse = ws.partial_lse.tensor(DType::f32, {N, H});
+  // The decode reads the query where the all-gather leaves it, so no unpack launch follows it.
   DecodeArgs decode{&plan,
-                    q,
+                    gathered,
                     a.cache,
                     a.block_table,
                     partial_out,
@@ -151,9 +101,9 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
   // The workspace is sized for the fp32 rows, which are the larger.
   const TensorRef send = ws.send_out.tensor(pt, {W, N, Hl, row});
   const TensorRef recv = ws.recv_out.tensor(pt, {W, N, Hl, row});
-  const bool pack_in_decode = W > 1 && a.combine == Combine::a2a && a.pack_in_decode;
-  if (a.query_in_place) decode.q = gathered;
-  if (pack_in_decode) {
+  if (W > 1 && a.combine == Combine::a2a) {
+    // The decode writes the all-to-all send rows itself: its fp32 result never goes through
+    // memory and no pack launch follows it.
     decode.out = {};
     decode.lse = {};
     decode.send_world = W;
@@ -166,64 +116,36 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
           "workspace.decode", fmt::format(">= {} bytes", decode_workspace_bytes(plan)),
           std::to_string(ws.decode.bytes()));
 
-  auto mark = [&](DcpStepPoint point) {
-    if (a.timer) a.timer->mark(point, s);
-  };
-  auto launched = [&](DcpLaunch launch) {
-    if (a.timer) a.timer->mark_launch(launch, s);
-  };
-  mark(DcpStepPoint::begin);
   if (W == 1) {
     // No DCP: the local query is the whole query and the local result the final one (a merge of
     // one partial is the identity, bit for bit), so decode straight into out and lse.
-    mark(DcpStepPoint::query_gathered);
     DecodeArgs direct = decode;
     direct.q = a.q_local;
     direct.out = a.out;
     direct.lse = a.lse;
     backend.decode(direct, s);
-    mark(DcpStepPoint::decoded);
-    mark(DcpStepPoint::combined);
     return;
   }
   comm.all_gather(a.q_local.data, gathered.data, std::size_t(N * Hl * kHeadDim), qt, s);
-  launched(DcpLaunch::nccl_all_gather_q);
-  if (!a.query_in_place) {
-    backend.unpack_query({gathered, q}, s);
-    launched(DcpLaunch::kernel_unpack_q);
-  }
-  mark(DcpStepPoint::query_gathered);
   backend.decode(decode, s);
-  mark(DcpStepPoint::decoded);
 
   if (a.combine == Combine::ag_rs) {
     const TensorRef all_lse = ws.recv_lse.tensor(DType::f32, {W, N, H});
     const TensorRef send = ws.send_out.tensor(DType::f32, {W, N, Hl, kLatentDim});
     const TensorRef summed = ws.recv_out.tensor(DType::f32, {N, Hl, kLatentDim});
     comm.all_gather(partial_lse.data, all_lse.data, std::size_t(N * H), DType::f32, s);
-    launched(DcpLaunch::nccl_all_gather_lse);
     backend.combine_rescale({W, sh.rank, all_lse, partial_out, send, a.lse}, s);
-    launched(DcpLaunch::kernel_rescale);
     comm.reduce_scatter_sum(send.as<const float>(), summed.as<float>(),
                             std::size_t(N * Hl * kLatentDim), s);
-    launched(DcpLaunch::nccl_reduce_scatter_o);
     backend.convert({summed, a.out}, s);
-    launched(DcpLaunch::kernel_convert_o);
   } else {
-    if (!pack_in_decode) {
-      backend.combine_pack({W, partial_out, partial_lse, send}, s);
-      launched(DcpLaunch::kernel_pack);
-    }
     // This rank's own rows stay in send (chunk `rank`): only the peers' chunks move.
     comm.all_to_all_peers(send.data, recv.data, std::size_t(N * Hl * row), pt, s);
-    launched(DcpLaunch::nccl_all_to_all);
     const TensorRef own(static_cast<std::uint8_t*>(send.data) +
                             std::size_t(sh.rank * N * Hl * row) * dtype_size(pt),
                         pt, {N, Hl, row});
     backend.combine_merge({recv, a.out, a.lse, sh.rank, own}, s);
-    launched(DcpLaunch::kernel_merge);
   }
-  mark(DcpStepPoint::combined);
 }
 
 }  // namespace dcpmla

@@ -6,7 +6,6 @@
 
 namespace dcpmla::cpu {
 
-void write_kv(const KvWriteArgs& args);
 void unpack_query(ThreadPool& pool, const UnpackQueryArgs& args);
 void combine_rescale(ThreadPool& pool, const CombineRescaleArgs& args);
 void combine_pack(ThreadPool& pool, const CombinePackArgs& args);

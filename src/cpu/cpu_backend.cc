@@ -8,6 +8,7 @@
 #include "combine.h"
 #include "dcpmla/error.h"
 #include "decode.h"
+#include "kv_write.h"
 #include "thread_pool.h"
 
 namespace dcpmla {

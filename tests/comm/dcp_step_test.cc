@@ -5,15 +5,16 @@
 
 #include <cmath>
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #include "dcpmla/comm.h"
 #include "dcpmla/cpu_backend.h"
 #include "dcpmla/dcp.h"
 #include "dcpmla/error.h"
-#include "dcpmla/sim/runner.h"
-#include "sim/test_support.h"
+#include "dcpmla/testing/observed.h"
+#include "dcpmla/testing/run_ranks.h"
+#include "dcpmla/testing/runner.h"
+#include "testing/test_support.h"
 
 namespace dcpmla {
 namespace {
@@ -42,11 +43,10 @@ struct StepOut {
 
 // Runs the given scenarios one after the other as DCP steps on W rank threads, every rank
 // reusing one DcpWorkspace sized for `max_rows` rows and `decode_bytes` of split workspace.
-std::vector<StepOut> run_steps(const std::vector<sim::Scenario>& steps, Combine combine,
+std::vector<StepOut> run_steps(const std::vector<testing::Scenario>& steps, Combine combine,
                                PlanLimits limits, DType out_dtype, std::int64_t max_rows,
-                               std::size_t decode_bytes, std::vector<DcpStepTimer*> timers = {},
-                               bool pack_in_decode = true, DType payload = DType::f32,
-                               bool query_in_place = true) {
+                               std::size_t decode_bytes, DType payload = DType::f32,
+                               std::vector<testing::CallObserver*> observers = {}) {
   const auto& spec0 = steps[0].spec;
   const int W = spec0.world, H = spec0.heads, Hl = H / W;
   std::vector<StepOut> results(steps.size());
@@ -55,78 +55,72 @@ std::vector<StepOut> run_steps(const std::vector<sim::Scenario>& steps, Combine 
     results[s].lse.assign(std::size_t(steps[s].batch.rows()) * H, NAN);
   }
   InProcessGroup group(W);
-  std::vector<std::string> errors(static_cast<std::size_t>(W));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < W; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto be = make_cpu_backend(1);
-        InProcessCommunicator in_process(group, r);
-        NoCollectives none;
-        Communicator& comm = W == 1 ? static_cast<Communicator&>(none) : in_process;
-        DcpWorkspace ws(*be, W, max_rows, Hl, DType::f32, decode_bytes);
-        for (std::size_t s = 0; s < steps.size(); ++s) {
-          const auto& sc = steps[s];
-          const auto& spec = sc.spec;
-          const Sharding sh{W, r, spec.interleave};
-          HostKvCache cache = testing::rank_cache(sc, r);
-          const Plan plan = make_plan(sc.batch, {sh, H, spec.block_size, sc.num_blocks, limits});
-          const std::int64_t rows = plan.num_rows;
-          std::vector<float> q_local(std::size_t(rows) * Hl * kHeadDim);
-          for (std::int64_t i = 0; i < rows; ++i) {
-            std::memcpy(&q_local[std::size_t(i) * Hl * kHeadDim],
-                        &sc.q[(std::size_t(i) * H + std::size_t(r) * Hl) * kHeadDim],
-                        std::size_t(Hl) * kHeadDim * 4);
-          }
-          std::vector<std::uint8_t> out(std::size_t(rows) * Hl * kLatentDim *
-                                        dtype_size(out_dtype));
-          std::vector<float> lse(std::size_t(rows) * Hl);
-          DcpStepArgs a;
-          a.plan = &plan;
-          a.q_local = TensorRef(q_local.data(), DType::f32, {rows, Hl, kHeadDim});
-          a.cache = cache.ref();
-          a.block_table = TensorRef(sc.batch.block_table.data(), DType::i32,
-                                    {sc.batch.num_requests(), sc.batch.max_blocks});
-          a.out = TensorRef(out.data(), out_dtype, {rows, Hl, kLatentDim});
-          a.lse = TensorRef(lse.data(), DType::f32, {rows, Hl});
-          a.softmax_scale = spec.softmax_scale;
-          a.combine = combine;
-          a.combine_payload = payload;
-          a.pack_in_decode = pack_in_decode;
-          a.query_in_place = query_in_place;
-          a.timer = timers.empty() ? nullptr : timers[std::size_t(r)];
-          dcp_step(*be, comm, ws, a, nullptr);
-          for (std::int64_t i = 0; i < rows; ++i) {
-            for (int h = 0; h < Hl; ++h) {
-              const std::size_t src = std::size_t(i) * Hl + h;
-              const std::size_t dst = std::size_t(i) * H + std::size_t(r) * Hl + h;
-              results[s].lse[dst] = lse[src];
-              for (int d = 0; d < kLatentDim; ++d) {
-                float v;
-                if (out_dtype == DType::f32) {
-                  std::memcpy(&v, &out[(src * kLatentDim + d) * 4], 4);
-                } else {
-                  std::uint16_t h16;
-                  std::memcpy(&h16, &out[(src * kLatentDim + d) * 2], 2);
-                  v = bf16_to_float(h16);
-                }
-                results[s].out[dst * kLatentDim + d] = v;
-              }
+  const auto errors = testing::rank_failures(W, [&](int r) {
+    auto be = make_cpu_backend(1);
+    InProcessCommunicator in_process(group, r);
+    NoCollectives none;
+    Communicator& comm = W == 1 ? static_cast<Communicator&>(none) : in_process;
+    DcpWorkspace ws(*be, W, max_rows, Hl, DType::f32, decode_bytes);
+    for (std::size_t s = 0; s < steps.size(); ++s) {
+      const auto& sc = steps[s];
+      const auto& spec = sc.spec;
+      const Sharding sh{W, r, spec.interleave};
+      HostKvCache cache = testing::rank_cache(sc, r);
+      const Plan plan = make_plan(sc.batch, {sh, H, spec.block_size, sc.num_blocks, limits});
+      const std::int64_t rows = plan.num_rows;
+      std::vector<float> q_local(std::size_t(rows) * Hl * kHeadDim);
+      for (std::int64_t i = 0; i < rows; ++i) {
+        std::memcpy(&q_local[std::size_t(i) * Hl * kHeadDim],
+                    &sc.q[(std::size_t(i) * H + std::size_t(r) * Hl) * kHeadDim],
+                    std::size_t(Hl) * kHeadDim * 4);
+      }
+      std::vector<std::uint8_t> out(std::size_t(rows) * Hl * kLatentDim * dtype_size(out_dtype));
+      std::vector<float> lse(std::size_t(rows) * Hl);
+      DcpStepArgs a;
+      a.plan = &plan;
+      a.q_local = TensorRef(q_local.data(), DType::f32, {rows, Hl, kHeadDim});
+      a.cache = cache.ref();
+      a.block_table = TensorRef(sc.batch.block_table.data(), DType::i32,
+                                {sc.batch.num_requests(), sc.batch.max_blocks});
+      a.out = TensorRef(out.data(), out_dtype, {rows, Hl, kLatentDim});
+      a.lse = TensorRef(lse.data(), DType::f32, {rows, Hl});
+      a.softmax_scale = spec.softmax_scale;
+      a.combine = combine;
+      a.combine_payload = payload;
+      if (observers.empty()) {
+        dcp_step(*be, comm, ws, a, nullptr);
+      } else {
+        testing::CallObserver& observer = *observers[std::size_t(r)];
+        testing::ObservedBackend observed_be(*be, observer);
+        testing::ObservedCommunicator observed_comm(comm, observer);
+        dcp_step(observed_be, observed_comm, ws, a, nullptr);
+      }
+      for (std::int64_t i = 0; i < rows; ++i) {
+        for (int h = 0; h < Hl; ++h) {
+          const std::size_t src = std::size_t(i) * Hl + h;
+          const std::size_t dst = std::size_t(i) * H + std::size_t(r) * Hl + h;
+          results[s].lse[dst] = lse[src];
+          for (int d = 0; d < kLatentDim; ++d) {
+            float v;
+            if (out_dtype == DType::f32) {
+              std::memcpy(&v, &out[(src * kLatentDim + d) * 4], 4);
+            } else {
+              std::uint16_t h16;
+              std::memcpy(&h16, &out[(src * kLatentDim + d) * 2], 2);
+              v = bf16_to_float(h16);
             }
+            results[s].out[dst * kLatentDim + d] = v;
           }
         }
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
       }
-    });
-  }
-  for (auto& t : threads) t.join();
+    }
+  });
   for (int r = 0; r < W; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
   return results;
 }
 
-sim::ScenarioSpec spec_for(int W, int H, std::uint64_t seed) {
-  sim::ScenarioSpec s;
+testing::ScenarioSpec spec_for(int W, int H, std::uint64_t seed) {
+  testing::ScenarioSpec s;
   s.world = W;
   s.heads = H;
   s.block_size = 16;
@@ -162,26 +156,26 @@ TEST(DcpStep, Bf16PayloadOfTheA2aCombine) {
   for (int W : {2, 4}) {
     auto spec = spec_for(W, 4 * W, 40 + W);  // f32 query and output: the payload is the only bf16
     const auto sc = custom_scenario(spec, {8, 1, 4, 2}, {100, 40, 5, 2}, {}, 1);
-    sim::RunOptions f32_payload;
+    testing::RunOptions f32_payload;
     f32_payload.combine = Combine::a2a;
-    sim::RunOptions bf16_payload = f32_payload;
+    testing::RunOptions bf16_payload = f32_payload;
     bf16_payload.combine_payload = DType::bf16;
-    const auto f = sim::run_dcp(sc, testing::cpu1(), f32_payload);
-    const auto b = sim::run_dcp(sc, testing::cpu1(), bf16_payload);
+    const auto f = testing::run_dcp(sc, testing::cpu1(), f32_payload);
+    const auto b = testing::run_dcp(sc, testing::cpu1(), bf16_payload);
     EXPECT_EQ(b.lse, f.lse) << "W = " << W;
     EXPECT_NE(b.out, f.out) << "W = " << W << ": the payload was not rounded";
     for (std::size_t i = 0; i < f.out.size(); ++i) {
       // |sum_r w_r (round(o_r) - o_r)| <= 2^-8 max_r |o_r| (bf16 unit roundoff), |o_r| < 8.
       ASSERT_NEAR(b.out[i], f.out[i], 8.0 / 256) << "W = " << W << " element " << i;
     }
-    const auto cmp =
-        sim::compare(sc, b, sim::run_reference(sc), sim::tolerance_for(spec, bf16_payload));
+    const auto cmp = testing::compare(sc, b, testing::run_reference(sc),
+                                      testing::tolerance_for(spec, bf16_payload));
     EXPECT_TRUE(cmp.pass) << testing::describe(cmp);
 
-    sim::RunOptions bad = bf16_payload;
+    testing::RunOptions bad = bf16_payload;
     bad.combine = Combine::ag_rs;
     try {
-      sim::run_dcp(sc, testing::cpu1(), bad);
+      testing::run_dcp(sc, testing::cpu1(), bad);
       ADD_FAILURE() << "ag_rs accepted a bf16 payload";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
@@ -204,10 +198,10 @@ TEST(DcpStep, BothCombinesAgreeAndMatchTheReference) {
         ASSERT_NEAR(ag.lse[i], a2a.lse[i], 1e-6);
       }
     }
-    const auto want = sim::run_reference(sc);
-    const auto tol = sim::tolerance_for(sc.spec);
+    const auto want = testing::run_reference(sc);
+    const auto tol = testing::tolerance_for(sc.spec);
     for (const auto* got : {&ag, &a2a}) {
-      const auto cmp = sim::compare(sc, {got->out, got->lse}, want, tol);
+      const auto cmp = testing::compare(sc, {got->out, got->lse}, want, tol);
       EXPECT_TRUE(cmp.pass) << "W " << W << ": " << testing::describe(cmp);
     }
   }
@@ -215,7 +209,7 @@ TEST(DcpStep, BothCombinesAgreeAndMatchTheReference) {
 
 TEST(DcpStep, WorkspaceIsReusableAcrossBatches) {
   auto spec = spec_for(2, 4, 20);
-  std::vector<sim::Scenario> steps = {
+  std::vector<testing::Scenario> steps = {
       custom_scenario(spec, {8, 1}, {100, 40}),
       custom_scenario(spec, {3}, {3}, {}, 4),
       custom_scenario(spec, {2, 2, 5}, {300, 17, 60}, {Mask::causal, Mask::full, Mask::causal}),
@@ -230,12 +224,12 @@ TEST(DcpStep, WorkspaceIsReusableAcrossBatches) {
           << "step " << s;
       EXPECT_EQ(std::memcmp(reused[s].lse.data(), fresh[0].lse.data(), fresh[0].lse.size() * 4), 0)
           << "step " << s;
-      // and the sim runner (which builds its own workspace) gives the same bits
-      sim::RunOptions o;
+      // and the testing runner (which builds its own workspace) gives the same bits
+      testing::RunOptions o;
       o.combine = c;
       o.limits = lim;
-      const auto sim_run = sim::run_dcp(steps[s], testing::cpu1(), o);
-      EXPECT_TRUE(sim::agreement(sim_run, {fresh[0].out, fresh[0].lse}).bit_identical);
+      const auto sim_run = testing::run_dcp(steps[s], testing::cpu1(), o);
+      EXPECT_TRUE(testing::agreement(sim_run, {fresh[0].out, fresh[0].lse}).bit_identical);
     }
   }
 }
@@ -252,124 +246,63 @@ TEST(DcpStep, Bf16OutputIsTheRoundedFp32Output) {
   }
 }
 
-// The decode that reads the gathered query in place and (a2a) writes the send rows itself gives
-// exactly the bits of the unpack and pack launches, for W = 2, 4 and 8, with either payload,
-// split requests, padding rows and ranks holding no key of a request included.
-TEST(DcpStep, LayoutsInTheDecodeEqualTheLayoutLaunches) {
+// The step with the decode reading the gathered query in place and (a2a) writing the send rows
+// itself matches the reference for W = 2, 4 and 8, with either payload, split requests, padding
+// rows and ranks holding no key of a request included.
+TEST(DcpStep, FusedLayoutsMatchTheReference) {
   PlanLimits split;
   split.kv_chunk_blocks = 2;
   for (int W : {2, 4, 8}) {
     const auto sc = custom_scenario(spec_for(W, 8, 45 + W), {8, 2, 1}, {300, 40, 7}, {}, 3);
+    const auto want = testing::run_reference(sc);
     for (Combine c : {Combine::ag_rs, Combine::a2a}) {
       for (DType payload : {DType::f32, DType::bf16}) {
         if (c == Combine::ag_rs && payload == DType::bf16) continue;
-        const auto separate =
-            run_steps({sc}, c, split, DType::f32, 16, 1 << 22, {}, false, payload, false)[0];
-        for (bool pack : {false, true}) {
-          for (bool in_place : {false, true}) {
-            const auto fused =
-                run_steps({sc}, c, split, DType::f32, 16, 1 << 22, {}, pack, payload, in_place)[0];
-            const std::string what =
-                fmt::format("W {} {} {} pack_in_decode {} query_in_place {}", W, to_string(c),
-                            to_string(payload), pack, in_place);
-            EXPECT_EQ(std::memcmp(fused.out.data(), separate.out.data(), fused.out.size() * 4), 0)
-                << what;
-            EXPECT_EQ(std::memcmp(fused.lse.data(), separate.lse.data(), fused.lse.size() * 4), 0)
-                << what;
-          }
-        }
+        const auto got = run_steps({sc}, c, split, DType::f32, 16, 1 << 22, payload)[0];
+        testing::RunOptions o;
+        o.combine = c;
+        o.combine_payload = payload;
+        const auto cmp =
+            testing::compare(sc, {got.out, got.lse}, want, testing::tolerance_for(sc.spec, o));
+        EXPECT_TRUE(cmp.pass) << "W " << W << " " << to_string(c) << " " << to_string(payload)
+                              << ": " << testing::describe(cmp);
       }
     }
   }
 }
 
-// The optional timer sees the four points of every step in order, on the step's stream, and
-// changes nothing in the results.
-TEST(DcpStep, TimerSeesEveryPhaseInOrderAndChangesNothing) {
-  struct Recorder final : DcpStepTimer {
-    std::vector<DcpStepPoint> points;
-    void mark(DcpStepPoint p, Stream s) override {
+// The kernels and collectives a step enqueues, in order, on every rank: no layout launch (unpack,
+// pack) between the collectives, and no collective at W = 1.
+TEST(DcpStep, EnqueuesOneDecodeAndTheCombinesCollectives) {
+  struct Recorder final : testing::CallObserver {
+    std::vector<std::string> calls;
+    void before(const testing::Call& call, Stream s) override {
       EXPECT_EQ(s, nullptr);
-      points.push_back(p);
+      calls.push_back(testing::to_string(call.op));
     }
   };
-  auto spec = spec_for(2, 4, 50);
-  std::vector<sim::Scenario> steps = {custom_scenario(spec, {8, 1}, {100, 40}),
-                                      custom_scenario(spec, {3}, {3}, {}, 2)};
-  const std::vector<DcpStepPoint> one_step = {DcpStepPoint::begin, DcpStepPoint::query_gathered,
-                                              DcpStepPoint::decoded, DcpStepPoint::combined};
-  for (Combine c : {Combine::ag_rs, Combine::a2a}) {
-    Recorder r0, r1;
-    const auto timed = run_steps(steps, c, {}, DType::f32, 16, 1 << 20, {&r0, &r1});
-    const auto plain = run_steps(steps, c, {}, DType::f32, 16, 1 << 20);
-    for (const Recorder* r : {&r0, &r1}) {
-      ASSERT_EQ(r->points.size(), 2 * one_step.size()) << to_string(c);
-      for (std::size_t i = 0; i < r->points.size(); ++i) {
-        EXPECT_EQ(r->points[i], one_step[i % one_step.size()])
-            << to_string(c) << " mark " << i << ": " << to_string(r->points[i]);
-      }
-    }
-    for (std::size_t s = 0; s < steps.size(); ++s) {
-      EXPECT_EQ(std::memcmp(timed[s].out.data(), plain[s].out.data(), plain[s].out.size() * 4), 0);
-      EXPECT_EQ(std::memcmp(timed[s].lse.data(), plain[s].lse.data(), plain[s].lse.size() * 4), 0);
-    }
-  }
-}
-
-// The finer launch marks come between the points, in the order the step enqueues its launches,
-// each collective's mark right after that collective; a W = 1 step has none.
-TEST(DcpStep, TimerSeesEveryLaunchOfTheGatherAndTheCombineInOrder) {
-  struct Recorder final : DcpStepTimer {
-    std::vector<std::string> marks;
-    void mark(DcpStepPoint p, Stream) override { marks.push_back(to_string(p)); }
-    void mark_launch(DcpLaunch l, Stream s) override {
-      EXPECT_EQ(s, nullptr);
-      marks.push_back(to_string(l));
-    }
-  };
-  const std::vector<std::string> ag_rs = {"begin",
-                                          "nccl_all_gather_q",
-                                          "query_gathered",
-                                          "decoded",
-                                          "nccl_all_gather_lse",
-                                          "kernel_rescale",
-                                          "nccl_reduce_scatter_o",
-                                          "kernel_convert_o",
-                                          "combined"};
-  const std::vector<std::string> a2a = {"begin",   "nccl_all_gather_q", "query_gathered",
-                                        "decoded", "nccl_all_to_all",   "kernel_merge",
-                                        "combined"};
-  // With the layout launches (no pack_in_decode, no query_in_place).
-  std::vector<std::string> ag_rs_launches = ag_rs, a2a_launches = a2a;
-  ag_rs_launches.insert(ag_rs_launches.begin() + 2, "kernel_unpack_q");
-  a2a_launches.insert(a2a_launches.begin() + 2, "kernel_unpack_q");
-  a2a_launches.insert(a2a_launches.begin() + 5, "kernel_pack");
+  const std::vector<std::string> ag_rs = {
+      "all_gather", "decode", "all_gather", "combine_rescale", "reduce_scatter_sum", "convert"};
+  const std::vector<std::string> a2a = {"all_gather", "decode", "all_to_all_peers",
+                                        "combine_merge"};
   const auto sc2 = custom_scenario(spec_for(2, 4, 51), {8, 1}, {100, 40});
   for (Combine c : {Combine::ag_rs, Combine::a2a}) {
-    Recorder r0, r1, separate;
-    run_steps({sc2}, c, {}, DType::f32, 16, 1 << 20, {&r0, &r1});
-    EXPECT_EQ(r0.marks, c == Combine::ag_rs ? ag_rs : a2a) << to_string(c);
-    EXPECT_EQ(r1.marks, r0.marks) << to_string(c);
-    run_steps({sc2}, c, {}, DType::f32, 16, 1 << 20, {&separate, &r1}, /*pack_in_decode=*/false,
-              DType::f32, /*query_in_place=*/false);
-    EXPECT_EQ(separate.marks, c == Combine::ag_rs ? ag_rs_launches : a2a_launches) << to_string(c);
-    for (const std::string& m : r0.marks) {
-      for (DcpLaunch l : {DcpLaunch::nccl_all_gather_q, DcpLaunch::nccl_all_gather_lse,
-                          DcpLaunch::nccl_reduce_scatter_o, DcpLaunch::nccl_all_to_all}) {
-        if (m == to_string(l)) {
-          EXPECT_TRUE(is_collective(l)) << m;
-        }
-      }
+    for (DType payload : {DType::f32, DType::bf16}) {
+      if (c == Combine::ag_rs && payload == DType::bf16) continue;
+      Recorder r0, r1;
+      const auto observed =
+          run_steps({sc2}, c, {}, DType::f32, 16, 1 << 20, payload, {&r0, &r1})[0];
+      EXPECT_EQ(r0.calls, c == Combine::ag_rs ? ag_rs : a2a) << to_string(c);
+      EXPECT_EQ(r1.calls, r0.calls) << to_string(c);
+      const auto plain = run_steps({sc2}, c, {}, DType::f32, 16, 1 << 20, payload)[0];
+      EXPECT_EQ(observed.out, plain.out);
+      EXPECT_EQ(observed.lse, plain.lse);
     }
   }
-  EXPECT_EQ(phase_of(DcpLaunch::kernel_unpack_q), DcpStepPoint::query_gathered);
-  EXPECT_EQ(phase_of(DcpLaunch::nccl_all_gather_lse), DcpStepPoint::combined);
-  EXPECT_FALSE(is_collective(DcpLaunch::kernel_merge));
   Recorder one;
   run_steps({custom_scenario(spec_for(1, 4, 52), {8, 1}, {100, 40})}, Combine::a2a, {}, DType::f32,
-            16, 1 << 20, {&one});
-  const std::vector<std::string> points = {"begin", "query_gathered", "decoded", "combined"};
-  EXPECT_EQ(one.marks, points);
+            16, 1 << 20, DType::f32, {&one});
+  EXPECT_EQ(one.calls, std::vector<std::string>{"decode"});
 }
 
 }  // namespace

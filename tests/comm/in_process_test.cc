@@ -4,36 +4,27 @@
 #include <cstring>
 #include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "dcpmla/comm.h"
 #include "dcpmla/cpu_backend.h"
 #include "dcpmla/error.h"
 #include "dcpmla/numeric.h"
+#include "dcpmla/testing/run_ranks.h"
 
 namespace dcpmla {
 namespace {
 
-// Runs body(comm) on W threads, one communicator each (moving data through a CPU backend of
-// its own, or with plain host copies); collects failures per rank.
-void run_ranks(int W, bool through_backend, const std::function<void(Communicator&)>& body) {
+// Runs body(comm) on W rank threads, one communicator each (moving data through a CPU backend
+// of its own, or with plain host copies); expects every rank to succeed.
+void on_communicators(int W, bool through_backend, const std::function<void(Communicator&)>& body) {
   InProcessGroup group(W);
   ASSERT_EQ(group.world(), W);
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(static_cast<std::size_t>(W));
-  for (int r = 0; r < W; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto backend = through_backend ? make_cpu_backend(1) : nullptr;
-        InProcessCommunicator comm(group, r, backend.get());
-        body(comm);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const auto errors = testing::rank_failures(W, [&](int r) {
+    auto backend = through_backend ? make_cpu_backend(1) : nullptr;
+    InProcessCommunicator comm(group, r, backend.get());
+    body(comm);
+  });
   for (int r = 0; r < W; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
@@ -47,7 +38,7 @@ class Collectives : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(Collectives, AllGatherF32) {
   const auto [W, through_backend] = GetParam();
-  run_ranks(W, through_backend, [W](Communicator& c) {
+  on_communicators(W, through_backend, [W](Communicator& c) {
     EXPECT_EQ(c.world(), W);
     for (int round = 0; round < 5; ++round) {
       const std::size_t count = 1 + std::size_t(round) * 37;
@@ -67,7 +58,7 @@ TEST_P(Collectives, AllGatherF32) {
 
 TEST_P(Collectives, AllGatherOtherDtypes) {
   const auto [W, through_backend] = GetParam();
-  run_ranks(W, through_backend, [W](Communicator& c) {
+  on_communicators(W, through_backend, [W](Communicator& c) {
     const std::size_t count = 11;
     std::vector<std::uint16_t> s16(count), r16(W * count);
     std::vector<std::int64_t> s64(count), r64(W * count);
@@ -92,7 +83,7 @@ TEST_P(Collectives, AllGatherOtherDtypes) {
 
 TEST_P(Collectives, ReduceScatterSum) {
   const auto [W, through_backend] = GetParam();
-  run_ranks(W, through_backend, [W](Communicator& c) {
+  on_communicators(W, through_backend, [W](Communicator& c) {
     for (int round = 0; round < 5; ++round) {
       const std::size_t count = 3 + std::size_t(round) * 50;
       // send[chunk][i] = (rank + 1) * (chunk * count + i + round): small integers, exact sums
@@ -115,7 +106,7 @@ TEST_P(Collectives, ReduceScatterSum) {
 
 TEST_P(Collectives, AllToAll) {
   const auto [W, through_backend] = GetParam();
-  run_ranks(W, through_backend, [W](Communicator& c) {
+  on_communicators(W, through_backend, [W](Communicator& c) {
     for (int round = 0; round < 5; ++round) {
       const std::size_t count = 1 + std::size_t(round) * 29;
       std::vector<float> send(W * count), recv(W * count, -1.0f);
@@ -137,7 +128,7 @@ TEST_P(Collectives, AllToAll) {
 
 TEST_P(Collectives, InterleavedCollectivesKeepTheirOrder) {
   const auto [W, through_backend] = GetParam();
-  run_ranks(W, through_backend, [W](Communicator& c) {
+  on_communicators(W, through_backend, [W](Communicator& c) {
     for (int round = 0; round < 50; ++round) {
       std::vector<float> a(1, float(c.rank() + round)), ag(W);
       c.all_gather(a.data(), ag.data(), 1, DType::f32, nullptr);
@@ -157,7 +148,7 @@ TEST_P(Collectives, InterleavedCollectivesKeepTheirOrder) {
 
 TEST_P(Collectives, ZeroCountIsANoOp) {
   const auto [W, through_backend] = GetParam();
-  run_ranks(W, through_backend, [W](Communicator& c) {
+  on_communicators(W, through_backend, [W](Communicator& c) {
     float send[1] = {1.0f}, recv[8] = {5, 5, 5, 5, 5, 5, 5, 5};
     c.all_gather(send, recv, 0, DType::f32, nullptr);
     c.all_to_all(send, recv, 0, DType::f32, nullptr);

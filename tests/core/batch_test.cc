@@ -145,8 +145,8 @@ TEST(Batch, StepSlotMappingMatchesSharding) {
 }
 
 // error.h: "Typed errors for every rejected input". flatten() and step_slot_mapping() take a
-// Batch and index it by its own description (the sim runner flattens before make_plan validates),
-// so a malformed batch must raise an Error instead of reading past its arrays.
+// Batch and index it by its own description (the testing runner flattens before make_plan
+// validates), so a malformed batch must raise an Error instead of reading past its arrays.
 TEST(Batch, FlattenRejectsMalformedBatch) {
   Batch b = sample_batch();
   b.mask = {Mask::full};  // 1 entry for 2 requests

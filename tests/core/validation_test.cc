@@ -7,7 +7,6 @@
 #include <functional>
 #include <limits>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "dcpmla/backend.h"
@@ -17,7 +16,8 @@
 #include "dcpmla/dcp.h"
 #include "dcpmla/error.h"
 #include "dcpmla/plan.h"
-#include "dcpmla/sim/scenario.h"
+#include "dcpmla/testing/run_ranks.h"
+#include "dcpmla/testing/scenario.h"
 #include "dcpmla/types.h"
 
 namespace dcpmla {
@@ -577,6 +577,20 @@ struct StepSetup {
     }
     return true;
   }
+  // Valid step arguments over this setup's buffers for a plan of a W-rank group.
+  DcpStepArgs step_args(const Plan& plan, int world) {
+    const std::int64_t rows = plan.num_rows, Hl = H / world;
+    DcpStepArgs a;
+    a.plan = &plan;
+    a.q_local = TensorRef(q_local.data(), DType::f32, {rows, Hl, kHeadDim});
+    a.cache = base.cache.ref();
+    a.block_table = TensorRef(base.batch.block_table.data(), DType::i32,
+                              {base.batch.num_requests(), base.batch.max_blocks});
+    a.out = TensorRef(out.data(), DType::f32, {rows, Hl, kLatentDim});
+    a.lse = TensorRef(lse.data(), DType::f32, {rows, Hl});
+    a.softmax_scale = 0.1352338f;
+    return a;
+  }
 };
 
 struct StepCase {
@@ -603,43 +617,30 @@ TEST_P(DcpStepValidation, EveryRankRaisesTypedErrorAndWritesNothing) {
   InProcessGroup group(W);
   std::vector<StepSetup> setups(static_cast<std::size_t>(W));
   std::vector<std::string> failures(static_cast<std::size_t>(W));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < W; ++r) {
-    threads.emplace_back([&, r] {
-      StepSetup& s = setups[r];
-      auto backend = make_cpu_backend(1);
-      InProcessCommunicator comm(group, r);
-      PlanConfig cfg = s.base.config;
-      cfg.sharding = {W, r, 1};
-      if (c.config) c.config(cfg, r);
-      try {
-        const Plan plan = make_plan(s.base.batch, cfg);
-        const int Hl = StepSetup::H / W;
-        DcpWorkspace ws(*backend, W, c.ws_max_rows, c.ws_heads_per_rank, DType::f32,
-                        decode_workspace_bytes(plan));
-        DcpStepArgs a;
-        a.plan = &plan;
-        a.q_local = TensorRef(s.q_local.data(), DType::f32, {plan.num_rows, Hl, kHeadDim});
-        a.cache = s.base.cache.ref();
-        a.block_table = TensorRef(s.base.batch.block_table.data(), DType::i32,
-                                  {s.base.batch.num_requests(), s.base.batch.max_blocks});
-        a.out = TensorRef(s.out.data(), DType::f32, {plan.num_rows, Hl, kLatentDim});
-        a.lse = TensorRef(s.lse.data(), DType::f32, {plan.num_rows, Hl});
-        a.softmax_scale = 0.1352338f;
-        if (c.args) c.args(a);
-        dcp_step(*backend, comm, ws, a, nullptr);
-        failures[r] = "nothing was thrown";
-      } catch (const Error& e) {
-        if (e.code() != c.code || e.argument() != c.arg ||
-            std::string(e.what()).find(c.arg) == std::string::npos) {
-          failures[r] = std::string("wrong error: ") + e.what();
-        }
-      } catch (const std::exception& e) {
-        failures[r] = std::string("not a dcpmla::Error: ") + e.what();
+  testing::run_ranks(W, [&](int r) {
+    StepSetup& s = setups[r];
+    auto backend = make_cpu_backend(1);
+    InProcessCommunicator comm(group, r);
+    PlanConfig cfg = s.base.config;
+    cfg.sharding = {W, r, 1};
+    if (c.config) c.config(cfg, r);
+    try {
+      const Plan plan = make_plan(s.base.batch, cfg);
+      DcpWorkspace ws(*backend, W, c.ws_max_rows, c.ws_heads_per_rank, DType::f32,
+                      decode_workspace_bytes(plan));
+      DcpStepArgs a = s.step_args(plan, W);
+      if (c.args) c.args(a);
+      dcp_step(*backend, comm, ws, a, nullptr);
+      failures[r] = "nothing was thrown";
+    } catch (const Error& e) {
+      if (e.code() != c.code || e.argument() != c.arg ||
+          std::string(e.what()).find(c.arg) == std::string::npos) {
+        failures[r] = std::string("wrong error: ") + e.what();
       }
-    });
-  }
-  for (auto& t : threads) t.join();
+    } catch (const std::exception& e) {
+      failures[r] = std::string("not a dcpmla::Error: ") + e.what();
+    }
+  });
   for (int r = 0; r < W; ++r) {
     EXPECT_EQ(failures[r], "") << c.name << " rank " << r << " expected " << to_string(c.code)
                                << " naming " << c.arg;
@@ -651,43 +652,26 @@ TEST(DcpStepValidationFixture, ValidSetupRuns) {
   const int W = StepSetup::W;
   InProcessGroup group(W);
   std::vector<StepSetup> setups(static_cast<std::size_t>(W));
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(static_cast<std::size_t>(W));
-  for (int r = 0; r < W; ++r) {
-    threads.emplace_back([&, r] {
-      StepSetup& s = setups[r];
-      auto backend = make_cpu_backend(1);
-      InProcessCommunicator comm(group, r);
-      PlanConfig cfg = s.base.config;
-      cfg.sharding = {W, r, 1};
-      try {
-        // zero pages so the poisoned cache contributes finite values
-        std::vector<float> zeros(std::size_t(12) * 16 * kHeadDim, 0.0f);
-        std::vector<std::int64_t> slots(zeros.size() / kHeadDim);
-        for (std::size_t i = 0; i < slots.size(); ++i) slots[i] = std::int64_t(i);
-        backend->write_kv(
-            {TensorRef(zeros.data(), DType::f32, {std::int64_t(slots.size()), kHeadDim}),
-             TensorRef(slots.data(), DType::i64, {std::int64_t(slots.size())}), s.base.cache.ref()},
-            nullptr);
-        const Plan plan = make_plan(s.base.batch, cfg);
-        const int Hl = StepSetup::H / W;
-        DcpWorkspace ws(*backend, W, 9, Hl, DType::f32, decode_workspace_bytes(plan));
-        DcpStepArgs a;
-        a.plan = &plan;
-        a.q_local = TensorRef(s.q_local.data(), DType::f32, {plan.num_rows, Hl, kHeadDim});
-        a.cache = s.base.cache.ref();
-        a.block_table = TensorRef(s.base.batch.block_table.data(), DType::i32,
-                                  {s.base.batch.num_requests(), s.base.batch.max_blocks});
-        a.out = TensorRef(s.out.data(), DType::f32, {plan.num_rows, Hl, kLatentDim});
-        a.lse = TensorRef(s.lse.data(), DType::f32, {plan.num_rows, Hl});
-        a.softmax_scale = 0.1352338f;
-        dcp_step(*backend, comm, ws, a, nullptr);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const auto errors = testing::rank_failures(W, [&](int r) {
+    StepSetup& s = setups[r];
+    auto backend = make_cpu_backend(1);
+    InProcessCommunicator comm(group, r);
+    PlanConfig cfg = s.base.config;
+    cfg.sharding = {W, r, 1};
+    // zero pages so the poisoned cache contributes finite values
+    std::vector<float> zeros(std::size_t(12) * 16 * kHeadDim, 0.0f);
+    std::vector<std::int64_t> slots(zeros.size() / kHeadDim);
+    for (std::size_t i = 0; i < slots.size(); ++i) slots[i] = std::int64_t(i);
+    backend->write_kv(
+        {TensorRef(zeros.data(), DType::f32, {std::int64_t(slots.size()), kHeadDim}),
+         TensorRef(slots.data(), DType::i64, {std::int64_t(slots.size())}), s.base.cache.ref()},
+        nullptr);
+    const Plan plan = make_plan(s.base.batch, cfg);
+    const int Hl = StepSetup::H / W;
+    DcpWorkspace ws(*backend, W, 9, Hl, DType::f32, decode_workspace_bytes(plan));
+    DcpStepArgs a = s.step_args(plan, W);
+    dcp_step(*backend, comm, ws, a, nullptr);
+  });
   for (int r = 0; r < W; ++r) {
     EXPECT_EQ(errors[r], "");
     EXPECT_FALSE(setups[r].untouched());
@@ -794,16 +778,16 @@ TEST(Validation, DcpWorkspace) {
 }
 
 TEST(Validation, ScenarioSpec) {
-  sim::ScenarioSpec s;
+  testing::ScenarioSpec s;
   s.world = 2;
   s.heads = 3;
-  expect_error([&] { sim::make_scenario(s); }, ErrorCode::invalid_argument, "heads");
+  expect_error([&] { testing::make_scenario(s); }, ErrorCode::invalid_argument, "heads");
   s.heads = 4;
   s.interleave = 3;
-  expect_error([&] { sim::make_scenario(s); }, ErrorCode::invalid_argument, "interleave");
+  expect_error([&] { testing::make_scenario(s); }, ErrorCode::invalid_argument, "interleave");
   s.interleave = 1;
   s.q_dtype = DType::fp8_e4m3;
-  expect_error([&] { sim::make_scenario(s); }, ErrorCode::dtype_mismatch, "q_dtype");
+  expect_error([&] { testing::make_scenario(s); }, ErrorCode::dtype_mismatch, "q_dtype");
 }
 
 TEST(Validation, HostKvCache) {

@@ -9,9 +9,9 @@
 
 #include "dcpmla/cpu_backend.h"
 #include "dcpmla/plan.h"
-#include "dcpmla/sim/runner.h"
-#include "dcpmla/sim/scenario.h"
-#include "sim/test_support.h"
+#include "dcpmla/testing/runner.h"
+#include "dcpmla/testing/scenario.h"
+#include "testing/test_support.h"
 
 namespace dcpmla {
 namespace {
@@ -23,7 +23,7 @@ using testing::row_is_empty;
 
 // Every (row, head) partial of every rank against the per-rank oracle; rows that see no local
 // key must be exactly O = 0, LSE = -inf, and so must padding rows.
-void check_all_ranks(const sim::Scenario& sc, const PlanLimits& limits, double out_tol = 1e-4,
+void check_all_ranks(const testing::Scenario& sc, const PlanLimits& limits, double out_tol = 1e-4,
                      double lse_tol = 2e-4) {
   const auto& spec = sc.spec;
   const Batch& batch = sc.batch;
@@ -65,8 +65,8 @@ void check_all_ranks(const sim::Scenario& sc, const PlanLimits& limits, double o
   }
 }
 
-sim::ScenarioSpec small_spec(int W, int I, int bs, DType kv, std::uint64_t seed) {
-  sim::ScenarioSpec s;
+testing::ScenarioSpec small_spec(int W, int I, int bs, DType kv, std::uint64_t seed) {
+  testing::ScenarioSpec s;
   s.world = W;
   s.interleave = I;
   s.heads = 3;  // no head split in a single-rank decode: any count works
@@ -93,7 +93,7 @@ TEST(CpuDecode, RandomScenariosMatchPerRankOracle) {
     spec.max_context = spec.max_drafts + 1 + std::int64_t(rng() % 150);
     spec.full_mask_fraction = rng() % 3 == 0 ? 0.5 : 0.0;
     spec.padding_rows = int(rng() % 3);
-    const auto sc = sim::make_scenario(spec);
+    const auto sc = testing::make_scenario(spec);
     PlanLimits lim;
     if (rng() % 2) lim.kv_chunk_blocks = 1 + int(rng() % 3);
     check_all_ranks(sc, lim);
@@ -238,8 +238,8 @@ struct DtypeRun {
   std::vector<std::uint8_t> out;
   std::vector<float> lse;
 };
-DtypeRun decode_with(const sim::Scenario& sc, DType q_dtype, DType out_dtype, float softmax_scale,
-                     float q_scale) {
+DtypeRun decode_with(const testing::Scenario& sc, DType q_dtype, DType out_dtype,
+                     float softmax_scale, float q_scale) {
   const auto& spec = sc.spec;
   const Sharding sh{spec.world, 0, spec.interleave};
   HostKvCache cache = testing::rank_cache(sc, 0);
@@ -306,7 +306,7 @@ TEST(CpuDecode, ScoreScaleIsSoftmaxScaleTimesQScale) {
   const auto other = decode_with(sc, DType::f32, DType::f32, spec.softmax_scale, 1.5f);
   EXPECT_NE(base.lse, other.lse);
   // ... and matches the oracle at the full scale
-  sim::Scenario scaled = sc;
+  testing::Scenario scaled = sc;
   scaled.spec.softmax_scale = spec.softmax_scale * 1.5f;
   const auto want = local_reference(scaled, 0, 0, 0, 0, 67);
   EXPECT_NEAR(other.lse[0], want.lse, 2e-4);

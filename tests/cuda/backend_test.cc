@@ -76,8 +76,8 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
 // output and LSE, a block table and a workspace of `workspace_bytes`, and the DecodeArgs over
 // them (plan left to the caller).
 struct Bf16Decode {
-  Bf16Decode(Backend& be_, const sim::Scenario& sc, const std::vector<std::uint16_t>& cache_host,
-             std::size_t workspace_bytes)
+  Bf16Decode(Backend& be_, const testing::Scenario& sc,
+             const std::vector<std::uint16_t>& cache_host, std::size_t workspace_bytes)
       : be(be_),
         rows(sc.batch.rows()),
         heads(sc.spec.heads),
@@ -232,7 +232,7 @@ TEST(CudaBackend, DecodeMatchesCpuBackend) {
       if (out == DType::bf16 && q != DType::bf16) continue;  // out is f32 or q's dtype
       for (DType kv : {DType::f32, DType::bf16, DType::fp8_e4m3}) {
         for (int H : {1, 3, 16, 128}) {
-          sim::ScenarioSpec spec;
+          testing::ScenarioSpec spec;
           spec.world = 2;
           spec.heads = H;
           spec.block_size = std::vector<int>{1, 16, 64}[rng() % 3];
@@ -242,7 +242,7 @@ TEST(CudaBackend, DecodeMatchesCpuBackend) {
           const std::vector<int> q_lens = {16, 1, 3, 7};
           const std::vector<std::int64_t> lens = {16, 2, 300, H >= 64 ? 200 : 1500};
           const std::vector<Mask> masks = {Mask::causal, Mask::causal, Mask::full, Mask::causal};
-          const sim::Scenario sc = custom_scenario(spec, q_lens, lens, masks, /*padding=*/3);
+          const testing::Scenario sc = custom_scenario(spec, q_lens, lens, masks, /*padding=*/3);
           PlanLimits limits;
           limits.kv_chunk_blocks = int(rng() % 3);
           const int rank = int(rng() % 2);
@@ -276,7 +276,7 @@ TEST(CudaBackend, RisingScoresRescaleBetweenTiles) {
   for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
     for (int H : {16, 70, 128}) {
       for (int chunk_blocks : {0, 2}) {
-        sim::ScenarioSpec spec;
+        testing::ScenarioSpec spec;
         spec.world = 2;
         spec.heads = H;
         spec.block_size = 64;
@@ -284,8 +284,8 @@ TEST(CudaBackend, RisingScoresRescaleBetweenTiles) {
         spec.q_dtype = DType::bf16;
         spec.k_scale = 0.25f;  // fp8: the 6x latents stay inside e4m3's range (448 x scale)
         spec.seed = seed++;
-        sim::Scenario sc = custom_scenario(spec, {3, 1, 8}, {1400, 9, 600},
-                                           {Mask::causal, Mask::causal, Mask::full}, 1);
+        testing::Scenario sc = custom_scenario(spec, {3, 1, 8}, {1400, 9, 600},
+                                               {Mask::causal, Mask::causal, Mask::full}, 1);
         testing::raise_second_halves(sc, 6.0f);
         PlanLimits limits;
         limits.kv_chunk_blocks = chunk_blocks;
@@ -314,7 +314,7 @@ TEST(CudaBackend, BulkCopyBlockSizesMatchCpuBackend) {
   for (int bs : {16, 32, 48, 64, 96, 128, 256}) {
     for (int H : {16, 128}) {
       for (int chunk_blocks : {0, 1, 3}) {
-        sim::ScenarioSpec spec;
+        testing::ScenarioSpec spec;
         spec.world = 2;
         spec.heads = H;
         spec.block_size = bs;
@@ -324,7 +324,7 @@ TEST(CudaBackend, BulkCopyBlockSizesMatchCpuBackend) {
         const std::vector<int> q_lens = {1, 4, 8};
         const std::vector<std::int64_t> lens = {700, 2049, H >= 64 ? 400 : 3000};
         const std::vector<Mask> masks = {Mask::causal, Mask::full, Mask::causal};
-        const sim::Scenario sc = custom_scenario(spec, q_lens, lens, masks, /*padding=*/1);
+        const testing::Scenario sc = custom_scenario(spec, q_lens, lens, masks, /*padding=*/1);
         PlanLimits limits;
         limits.kv_chunk_blocks = chunk_blocks;
         SCOPED_TRACE(testing::describe(spec) + " chunk " + std::to_string(chunk_blocks));
@@ -350,16 +350,16 @@ TEST(CudaBackend, DecodeIntoSendRowsEqualsDecodeThenPack) {
   for (DType q : {DType::bf16, DType::f32}) {
     for (int H : {128, 16, 6}) {
       for (int chunk_blocks : {0, 1}) {
-        sim::ScenarioSpec spec;
+        testing::ScenarioSpec spec;
         spec.world = 2;
         spec.heads = H;
         spec.block_size = 64;
         spec.kv_dtype = DType::bf16;
         spec.q_dtype = q;
         spec.seed = seed++;
-        const sim::Scenario sc = custom_scenario(spec, {1, 8, 3}, {900, 5000, 70},
-                                                 {Mask::causal, Mask::causal, Mask::full},
-                                                 /*padding=*/2);
+        const testing::Scenario sc = custom_scenario(spec, {1, 8, 3}, {900, 5000, 70},
+                                                     {Mask::causal, Mask::causal, Mask::full},
+                                                     /*padding=*/2);
         PlanLimits limits;
         limits.kv_chunk_blocks = chunk_blocks;
         for (DType payload : {DType::bf16, DType::f32}) {
@@ -394,12 +394,12 @@ TEST(CudaBackend, DecodeIntoSendRowsEqualsDecodeThenPack) {
 TEST(CudaBackend, DecodeRepeatsAndGrowsItsPlanBuffers) {
   DCPMLA_REQUIRE_GPU();
   auto be = make_backend();
-  sim::ScenarioSpec spec;
+  testing::ScenarioSpec spec;
   spec.heads = 16;
   spec.seed = 3;
-  const sim::Scenario small = custom_scenario(spec, {2}, {40});
+  const testing::Scenario small = custom_scenario(spec, {2}, {40});
   spec.seed = 4;
-  const sim::Scenario big = custom_scenario(spec, {8, 1, 4, 2, 3}, {900, 10, 2000, 64, 5});
+  const testing::Scenario big = custom_scenario(spec, {8, 1, 4, 2, 3}, {900, 10, 2000, 64, 5});
   PlanLimits limits;
   limits.kv_chunk_blocks = 1;
   const auto a1 = run_decode(*be, small, 0, limits, DType::f32);
@@ -418,10 +418,10 @@ TEST(CudaBackend, StreamsAndGraphCapture) {
   DCPMLA_REQUIRE_GPU();
   if (on_cpu()) GTEST_SKIP() << "CUDA streams only";
   auto be = make_backend();
-  sim::ScenarioSpec spec;
+  testing::ScenarioSpec spec;
   spec.heads = 16;
   spec.seed = 8;
-  const sim::Scenario sc = custom_scenario(spec, {8, 2, 1}, {100, 40, 700});
+  const testing::Scenario sc = custom_scenario(spec, {8, 2, 1}, {100, 40, 700});
   const Sharding sh{spec.world, 0, spec.interleave};
   PlanLimits limits;
   limits.kv_chunk_blocks = 2;
@@ -501,11 +501,11 @@ TEST(CudaBackend, StreamsAndGraphCapture) {
 TEST(CudaBackend, GraphReplaysPlansUpdatedInPlace) {
   DCPMLA_REQUIRE_GPU();
   if (on_cpu()) GTEST_SKIP() << "CUDA graphs only";
-  sim::ScenarioSpec spec;
+  testing::ScenarioSpec spec;
   spec.heads = 16;
   spec.seed = 9;
   // The block table is sized for the longest step; shorter steps use a prefix of each row.
-  const sim::Scenario sc = custom_scenario(spec, {8, 2, 1}, {100, 40, 1500});
+  const testing::Scenario sc = custom_scenario(spec, {8, 2, 1}, {100, 40, 1500});
   const Sharding sh{spec.world, 0, spec.interleave};
   PlanLimits limits;
   limits.kv_chunk_blocks = 2;
@@ -628,12 +628,12 @@ TEST(CudaBackend, InvalidDeviceBlockIdsReadNoMemory) {
                                std::pair{64, DType::bf16}, std::pair{96, DType::bf16},
                                std::pair{64, DType::fp8_e4m3}, std::pair{96, DType::fp8_e4m3}}) {
     SCOPED_TRACE("block size " + std::to_string(bs) + " " + to_string(kv));
-    sim::ScenarioSpec spec;
+    testing::ScenarioSpec spec;
     spec.heads = 16;
     spec.block_size = bs;
     spec.seed = 12;
     const int q0 = kv == DType::fp8_e4m3 ? 1 : 4;
-    const sim::Scenario sc = custom_scenario(spec, {q0, 2}, {bs == 64 ? 800 : 200, 90});
+    const testing::Scenario sc = custom_scenario(spec, {q0, 2}, {bs == 64 ? 800 : 200, 90});
     Batch bad = sc.batch;
     bad.block_table[1] = 1 << 30;  // request 0, second block
     bad.block_table[2] = -5;       // request 0, third block
@@ -665,10 +665,10 @@ TEST(CudaBackend, InvalidDeviceBlockIdsReadNoMemory) {
 TEST(CudaBackend, RejectsBadArgumentsBeforeLaunching) {
   DCPMLA_REQUIRE_GPU();
   auto be = make_backend();
-  sim::ScenarioSpec spec;
+  testing::ScenarioSpec spec;
   spec.heads = 4;
   spec.world = 1;
-  const sim::Scenario sc = custom_scenario(spec, {2}, {100});
+  const testing::Scenario sc = custom_scenario(spec, {2}, {100});
   const Plan plan = make_plan(sc.batch, {{1, 0, 1}, 4, spec.block_size, sc.num_blocks, {}});
   const std::int64_t rows = sc.batch.rows();
   KvCacheRef cache{nullptr, DType::bf16, sc.num_blocks, spec.block_size, 1.0f};

@@ -15,10 +15,11 @@ using gpu_testing::random_case;
 using testing::custom_scenario;
 using testing::describe;
 
-void expect_matches_reference(const sim::Scenario& sc, const sim::RunOptions& o) {
+void expect_matches_reference(const testing::Scenario& sc, const testing::RunOptions& o) {
   SCOPED_TRACE(testing::describe_run(sc, o));
-  const auto got = sim::run_dcp(sc, factory(), o);
-  const auto cmp = sim::compare(sc, got, sim::run_reference(sc), sim::tolerance_for(sc.spec, o));
+  const auto got = testing::run_dcp(sc, factory(), o);
+  const auto cmp =
+      testing::compare(sc, got, testing::run_reference(sc), testing::tolerance_for(sc.spec, o));
   EXPECT_TRUE(cmp.pass) << describe(cmp);
 }
 
@@ -30,7 +31,7 @@ TEST(CudaDcp, RandomScenariosMatchReference) {
   std::mt19937_64 rng(2024);
   for (int i = 0; i < 48; ++i) {
     const Case c = random_case(rng, /*large=*/i % 12 == 11, 1000 + i);
-    expect_matches_reference(sim::make_scenario(c.spec), c.options);
+    expect_matches_reference(testing::make_scenario(c.spec), c.options);
     if (HasFailure()) return;
   }
 }
@@ -42,12 +43,12 @@ TEST(CudaDcp, AgreesWithCpuBackend) {
   std::mt19937_64 rng(77);
   for (int i = 0; i < 16; ++i) {
     const Case c = random_case(rng, /*large=*/i % 8 == 7, 5000 + i);
-    const sim::Scenario sc = sim::make_scenario(c.spec);
+    const testing::Scenario sc = testing::make_scenario(c.spec);
     SCOPED_TRACE(testing::describe_run(sc, c.options));
-    const auto gpu = sim::run_dcp(sc, factory(), c.options);
-    const auto cpu = sim::run_dcp(sc, gpu_testing::cpu_factory(), c.options);
-    const auto a = sim::agreement(gpu, cpu);
-    const auto tol = sim::tolerance_for(c.spec, c.options);
+    const auto gpu = testing::run_dcp(sc, factory(), c.options);
+    const auto cpu = testing::run_dcp(sc, gpu_testing::cpu_factory(), c.options);
+    const auto a = testing::agreement(gpu, cpu);
+    const auto tol = testing::tolerance_for(c.spec, c.options);
     EXPECT_LE(a.max_out_diff, tol.out);
     EXPECT_LE(a.max_lse_diff, tol.lse);
     for (std::size_t k = 0; k < cpu.lse.size(); ++k) {
@@ -70,15 +71,15 @@ TEST(CudaDcp, SpecVectorBatches) {
     for (int W : {2, 4}) {
       for (DType kv : {DType::bf16, DType::fp8_e4m3, DType::f32}) {
         for (Combine combine : {Combine::ag_rs, Combine::a2a}) {
-          sim::ScenarioSpec spec;
+          testing::ScenarioSpec spec;
           spec.world = W;
           spec.heads = 16;
           spec.block_size = 16;
           spec.kv_dtype = kv;
           spec.q_dtype = kv == DType::f32 ? DType::f32 : DType::bf16;
           spec.seed = seed++;
-          const sim::Scenario sc = custom_scenario(spec, v.q, v.t, v.masks, /*padding=*/2);
-          sim::RunOptions o;
+          const testing::Scenario sc = custom_scenario(spec, v.q, v.t, v.masks, /*padding=*/2);
+          testing::RunOptions o;
           o.combine = combine;
           o.limits.kv_chunk_blocks = seed % 2 ? 1 : 0;
           expect_matches_reference(sc, o);
@@ -106,14 +107,14 @@ TEST(CudaDcp, EmptyRowsEmptyRanksAndPadding) {
   for (const Shape& sh : shapes) {
     for (int W : {4, 8}) {
       for (Combine combine : {Combine::ag_rs, Combine::a2a}) {
-        sim::ScenarioSpec spec;
+        testing::ScenarioSpec spec;
         spec.world = W;
         spec.heads = W * 2;
         spec.block_size = 1;
         spec.kv_dtype = DType::bf16;
         spec.seed = seed++;
-        const sim::Scenario sc = custom_scenario(spec, sh.q, sh.t, {}, /*padding=*/3);
-        sim::RunOptions o;
+        const testing::Scenario sc = custom_scenario(spec, sh.q, sh.t, {}, /*padding=*/3);
+        testing::RunOptions o;
         o.combine = combine;
         o.limits.kv_chunk_blocks = seed % 2 ? 1 : 0;
         expect_matches_reference(sc, o);
@@ -136,12 +137,12 @@ TEST(CudaDcp, FlattenedMatchesNativeBitForBit) {
     }
     c.options.limits = {};
     c.options.limits.kv_chunk_blocks = int(i % 3);  // 0: no split
-    const sim::Scenario sc = sim::make_scenario(c.spec);
+    const testing::Scenario sc = testing::make_scenario(c.spec);
     SCOPED_TRACE(testing::describe_run(sc, c.options));
-    sim::RunOptions flat = c.options;
+    testing::RunOptions flat = c.options;
     flat.flatten = true;
-    const auto a =
-        sim::agreement(sim::run_dcp(sc, factory(), c.options), sim::run_dcp(sc, factory(), flat));
+    const auto a = testing::agreement(testing::run_dcp(sc, factory(), c.options),
+                                      testing::run_dcp(sc, factory(), flat));
     EXPECT_TRUE(a.bit_identical) << "max|dO| " << a.max_out_diff << " max|dLSE| " << a.max_lse_diff;
     if (HasFailure()) return;
   }
@@ -157,26 +158,27 @@ TEST(CudaDcp, NarrowAndWideTilesGiveTheSameBits) {
   for (int heads : {16, 32, 96}) {
     for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
       for (int W : {1, 2}) {
-        sim::ScenarioSpec spec;
+        testing::ScenarioSpec spec;
         spec.world = W;
         spec.heads = heads;
         spec.block_size = 64;
         spec.kv_dtype = kv;
         spec.q_dtype = DType::bf16;
         spec.seed = seed++;
-        const sim::Scenario sc =
+        const testing::Scenario sc =
             custom_scenario(spec, {1, 3, 5, 8, 2, 6}, {900, 1500, 64, 2000, 700, 1300});
-        sim::RunOptions native;
+        testing::RunOptions native;
         native.limits.kv_chunk_blocks = seed % 2 ? 4 : 0;
-        sim::RunOptions flat = native;
+        testing::RunOptions flat = native;
         flat.flatten = true;
         SCOPED_TRACE(testing::describe_run(sc, native));
-        const auto a =
-            sim::agreement(sim::run_dcp(sc, factory(), native), sim::run_dcp(sc, factory(), flat));
+        const auto a = testing::agreement(testing::run_dcp(sc, factory(), native),
+                                          testing::run_dcp(sc, factory(), flat));
         EXPECT_TRUE(a.bit_identical)
             << "max|dO| " << a.max_out_diff << " max|dLSE| " << a.max_lse_diff;
-        const auto cmp = sim::compare(sc, sim::run_dcp(sc, factory(), flat), sim::run_reference(sc),
-                                      sim::tolerance_for(spec, flat));
+        const auto cmp =
+            testing::compare(sc, testing::run_dcp(sc, factory(), flat), testing::run_reference(sc),
+                             testing::tolerance_for(spec, flat));
         EXPECT_TRUE(cmp.pass) << describe(cmp);
         if (HasFailure()) return;
       }
@@ -188,16 +190,16 @@ TEST(CudaDcp, NarrowAndWideTilesGiveTheSameBits) {
 TEST(CudaDcp, SeeingTheFutureFails) {
   DCPMLA_REQUIRE_GPU();
   for (int W : {1, 2}) {
-    sim::ScenarioSpec spec;
+    testing::ScenarioSpec spec;
     spec.world = W;
     spec.heads = 16;
     spec.block_size = 16;
     spec.seed = 41 + W;
-    const sim::Scenario sc = custom_scenario(spec, {8, 2}, {100, 40});
-    sim::RunOptions o;
+    const testing::Scenario sc = custom_scenario(spec, {8, 2}, {100, 40});
+    testing::RunOptions o;
     o.see_future = true;
-    const auto cmp = sim::compare(sc, sim::run_dcp(sc, factory(), o), sim::run_reference(sc),
-                                  sim::tolerance_for(spec));
+    const auto cmp = testing::compare(sc, testing::run_dcp(sc, factory(), o),
+                                      testing::run_reference(sc), testing::tolerance_for(spec));
     EXPECT_FALSE(cmp.pass);
     EXPECT_GT(cmp.max_out_error, 0.05);
   }
@@ -210,17 +212,18 @@ TEST(CudaDcp, PoisonBlockIdsAndRerunsDoNotChangeBits) {
   std::mt19937_64 rng(5);
   for (int i = 0; i < 8; ++i) {
     const Case c = random_case(rng, false, 700 + i);
-    const sim::Scenario sc = sim::make_scenario(c.spec);
+    const testing::Scenario sc = testing::make_scenario(c.spec);
     SCOPED_TRACE(testing::describe_run(sc, c.options));
-    sim::RunOptions clean = c.options;
+    testing::RunOptions clean = c.options;
     clean.poison = false;
-    sim::RunOptions dirty = c.options;
+    testing::RunOptions dirty = c.options;
     dirty.poison = true;
-    const auto base = sim::run_dcp(sc, factory(), dirty);
-    EXPECT_TRUE(sim::agreement(base, sim::run_dcp(sc, factory(), clean)).bit_identical);
-    EXPECT_TRUE(sim::agreement(base, sim::run_dcp(sc, factory(), dirty)).bit_identical);
-    const sim::Scenario renamed = testing::permute_block_ids(sc, 99 + i);
-    EXPECT_TRUE(sim::agreement(base, sim::run_dcp(renamed, factory(), dirty)).bit_identical);
+    const auto base = testing::run_dcp(sc, factory(), dirty);
+    EXPECT_TRUE(testing::agreement(base, testing::run_dcp(sc, factory(), clean)).bit_identical);
+    EXPECT_TRUE(testing::agreement(base, testing::run_dcp(sc, factory(), dirty)).bit_identical);
+    const testing::Scenario renamed = testing::permute_block_ids(sc, 99 + i);
+    EXPECT_TRUE(
+        testing::agreement(base, testing::run_dcp(renamed, factory(), dirty)).bit_identical);
     if (HasFailure()) return;
   }
 }

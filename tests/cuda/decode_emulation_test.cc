@@ -24,7 +24,7 @@ void run_kernel(const DecodeParams& p, int num_tiles) {
                        [&] { decode_kernel<QS, C>(p); });
 }
 
-void run_tiles(const sim::ScenarioSpec& spec, const TileRun& run) {
+void run_tiles(const testing::ScenarioSpec& spec, const TileRun& run) {
   const DecodeParams& p = run.p;
   const int n = int(run.lp.tiles.size());
   const bool qb = spec.q_dtype == DType::bf16;
@@ -50,7 +50,7 @@ TEST(CudaDecodeEmulation, EveryInstantiationMatchesCpuBackend) {
       for (DType out : {DType::f32, DType::bf16}) {
         if (out == DType::bf16 && q != DType::bf16) continue;
         const int H = heads[seed % 4], bs = sizes[seed % 3];
-        const sim::Scenario sc = small_case(q, kv, H, bs, seed);
+        const testing::Scenario sc = small_case(q, kv, H, bs, seed);
         PlanLimits limits;
         limits.kv_chunk_blocks = seed % 2 ? (bs == 1 ? 40 : 2) : 0;
         const int rank = seed % 2;
@@ -71,7 +71,7 @@ TEST(CudaDecodeEmulation, FlattenedAndNativeGiveTheSameBits) {
   int seed = 40;
   for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
     for (int chunk : {0, 1}) {
-      const sim::Scenario sc = small_case(DType::bf16, kv, seed % 2 ? 3 : 16, 16, seed);
+      const testing::Scenario sc = small_case(DType::bf16, kv, seed % 2 ? 3 : 16, 16, seed);
       ++seed;
       PlanLimits limits;
       limits.kv_chunk_blocks = chunk;
@@ -95,7 +95,7 @@ TEST(CudaDecodeEmulation, SendRowsAreThePackOfThePlainDecode) {
   int seed = 60;
   for (DType payload : {DType::bf16, DType::f32}) {
     for (int H : {16, 3}) {
-      const sim::Scenario sc = small_case(DType::bf16, DType::bf16, H, 16, seed++);
+      const testing::Scenario sc = small_case(DType::bf16, DType::bf16, H, 16, seed++);
       const int W = H == 16 ? 4 : 3, rank = seed % 2;
       SCOPED_TRACE(testing::describe(sc.spec) + " payload " + to_string(payload));
       const PlanLimits no_split;  // the split merge is not part of the kernel
@@ -135,7 +135,7 @@ TEST(CudaDecodeEmulation, GatheredQueryGivesThePlainBits) {
   int seed = 70;
   for (DType q : {DType::bf16, DType::f32}) {
     for (int H : {16, 6}) {
-      const sim::Scenario sc = small_case(q, DType::bf16, H, 16, seed++);
+      const testing::Scenario sc = small_case(q, DType::bf16, H, 16, seed++);
       const int W = H == 16 ? 4 : 3, rank = seed % 2;
       SCOPED_TRACE(testing::describe(sc.spec));
       PlanLimits split;

@@ -15,7 +15,7 @@
 #include "dcpmla/cpu_backend.h"
 #include "dcpmla/merge.h"
 #include "dcpmla/plan.h"
-#include "sim/test_support.h"
+#include "testing/test_support.h"
 
 namespace dcpmla::cuda::emulated {
 
@@ -25,7 +25,7 @@ struct Result {
 };
 
 // The rank cache as the sim writes it: NaN pages, then every position through the slot mapping.
-inline HostKvCache make_cache(const sim::Scenario& sc, int rank) {
+inline HostKvCache make_cache(const testing::Scenario& sc, int rank) {
   const auto& spec = sc.spec;
   const float k_scale = spec.kv_dtype == DType::fp8_e4m3 ? spec.k_scale : 1.0f;
   HostKvCache cache(spec.kv_dtype, sc.num_blocks, spec.block_size, k_scale);
@@ -47,7 +47,7 @@ inline HostKvCache make_cache(const sim::Scenario& sc, int rank) {
   return cache;
 }
 
-inline std::vector<std::uint8_t> encode_q(const sim::Scenario& sc) {
+inline std::vector<std::uint8_t> encode_q(const testing::Scenario& sc) {
   const DType t = sc.spec.q_dtype;
   std::vector<std::uint8_t> q(sc.q.size() * dtype_size(t));
   for (std::size_t i = 0; i < sc.q.size(); ++i) {
@@ -88,8 +88,8 @@ struct TileRun {
   DecodeParams p{};
 };
 
-inline std::unique_ptr<TileRun> prepare_tiles(const sim::Scenario& sc, int rank, const Batch& rb,
-                                              const PlanLimits& limits) {
+inline std::unique_ptr<TileRun> prepare_tiles(const testing::Scenario& sc, int rank,
+                                              const Batch& rb, const PlanLimits& limits) {
   const auto& spec = sc.spec;
   auto run = std::make_unique<TileRun>(TileRun{make_cache(sc, rank),
                                                make_plan(rb, {{spec.world, rank, spec.interleave},
@@ -123,11 +123,11 @@ inline std::unique_ptr<TileRun> prepare_tiles(const sim::Scenario& sc, int rank,
 }
 
 // Runs the kernel under test over every tile of a prepared launch.
-using TileRunner = std::function<void(const sim::ScenarioSpec&, const TileRun&)>;
+using TileRunner = std::function<void(const testing::ScenarioSpec&, const TileRun&)>;
 
 // The CUDA decode path with the kernel emulated: launch plan, tiles, then the split merge and
 // the padding fill done on the host the way split_merge.cu and fill_padding.cu do them.
-inline Result emulated_decode(const sim::Scenario& sc, int rank, const Batch& rb,
+inline Result emulated_decode(const testing::Scenario& sc, int rank, const Batch& rb,
                               const PlanLimits& limits, DType out_dtype,
                               const TileRunner& run_tiles) {
   const auto run = prepare_tiles(sc, rank, rb, limits);
@@ -165,7 +165,7 @@ inline Result emulated_decode(const sim::Scenario& sc, int rank, const Batch& rb
   return widen(out, out_dtype, std::move(lse));
 }
 
-inline Result cpu_decode(const sim::Scenario& sc, int rank, const PlanLimits& limits,
+inline Result cpu_decode(const testing::Scenario& sc, int rank, const PlanLimits& limits,
                          DType out_dtype) {
   const auto& spec = sc.spec;
   HostKvCache cache = make_cache(sc, rank);
@@ -193,8 +193,8 @@ inline Result cpu_decode(const sim::Scenario& sc, int rank, const PlanLimits& li
 }
 
 // A small DCP batch: 4 requests with Q 5, 1, 2, 3 (causal but the last), 2 padding rows.
-inline sim::Scenario small_case(DType q, DType kv, int H, int bs, std::uint64_t seed) {
-  sim::ScenarioSpec spec;
+inline testing::Scenario small_case(DType q, DType kv, int H, int bs, std::uint64_t seed) {
+  testing::ScenarioSpec spec;
   spec.world = 2;
   spec.heads = H;
   spec.block_size = bs;

@@ -19,9 +19,9 @@
 #include "dcpmla/cuda_backend.h"
 #include "dcpmla/numeric.h"
 #include "dcpmla/plan.h"
-#include "dcpmla/sim/runner.h"
-#include "dcpmla/sim/scenario.h"
-#include "sim/test_support.h"
+#include "dcpmla/testing/runner.h"
+#include "dcpmla/testing/scenario.h"
+#include "testing/test_support.h"
 
 namespace dcpmla::gpu_testing {
 
@@ -35,10 +35,10 @@ inline bool usable() {
 inline std::unique_ptr<Backend> make_backend() {
   return on_cpu() ? make_cpu_backend(1) : make_cuda_backend();
 }
-inline sim::BackendFactory factory() {
+inline testing::BackendFactory factory() {
   return [](int) { return make_backend(); };
 }
-inline sim::BackendFactory cpu_factory() {
+inline testing::BackendFactory cpu_factory() {
   return [](int) { return make_cpu_backend(1); };
 }
 
@@ -104,7 +104,7 @@ struct DecodeForm {
 // One rank's Backend::decode over all H heads (no collectives). The rank cache is written on the
 // host (CPU write_kv through the slot mapping, unused pages NaN when poisoned) and its bytes are
 // uploaded as they are, so every backend reads identical cache contents.
-inline DecodeRun run_decode(Backend& be, const sim::Scenario& sc, int rank,
+inline DecodeRun run_decode(Backend& be, const testing::Scenario& sc, int rank,
                             const PlanLimits& limits, DType out_dtype, bool poison = true,
                             const Batch* run_batch = nullptr, const DecodeForm& form = {}) {
   const auto& spec = sc.spec;
@@ -167,8 +167,8 @@ inline DecodeRun run_decode(Backend& be, const sim::Scenario& sc, int rank,
 // A random DCP case: most small, some large. Head counts, block sizes, interleaves, dtypes,
 // masks, padding, short requests, combine and split policy all vary.
 struct Case {
-  sim::ScenarioSpec spec;
-  sim::RunOptions options;
+  testing::ScenarioSpec spec;
+  testing::RunOptions options;
 };
 
 inline Case random_case(std::mt19937_64& rng, bool large, std::uint64_t seed) {

@@ -16,8 +16,8 @@
 #include "cuda/launch_plan.h"
 #include "dcpmla/error.h"
 #include "dcpmla/plan.h"
-#include "dcpmla/sim/scenario.h"
-#include "sim/test_support.h"
+#include "dcpmla/testing/scenario.h"
+#include "testing/test_support.h"
 
 namespace dcpmla {
 namespace {
@@ -97,7 +97,7 @@ void check_launch_plan(const Plan& plan, const LaunchPlan& lp, int tile_pairs) {
 TEST(CudaLaunchPlan, RandomPlansAreCoveredExactlyOnce) {
   std::mt19937_64 rng(7);
   for (int iter = 0; iter < 150; ++iter) {
-    sim::ScenarioSpec spec;
+    testing::ScenarioSpec spec;
     const int worlds[] = {1, 2, 4, 8};
     const int heads[] = {1, 2, 3, 7, 16, 64, 96, 128};
     const int sizes[] = {1, 16, 32, 64};
@@ -113,7 +113,7 @@ TEST(CudaLaunchPlan, RandomPlansAreCoveredExactlyOnce) {
     spec.padding_rows = int(rng() % 4);
     spec.full_mask_fraction = 0.3;
     spec.seed = iter;
-    const sim::Scenario sc = sim::make_scenario(spec);
+    const testing::Scenario sc = testing::make_scenario(spec);
     PlanLimits limits;
     switch (rng() % 3) {
       case 0:
@@ -196,7 +196,7 @@ TEST(CudaLaunchPlan, CausalRowsOfOneRequestRunTogether) {
 }
 
 TEST(CudaLaunchPlan, PackedImageHoldsTheArrays) {
-  const sim::Scenario sc = sim::make_scenario({});
+  const testing::Scenario sc = testing::make_scenario({});
   PlanLimits limits;
   limits.kv_chunk_blocks = 1;
   const Plan plan = make_plan(

@@ -41,7 +41,7 @@ void run_ws(const TileRun& run) {
 }
 
 // The kernel decode_tc.cu launches for the scenario's cache.
-void run_v3(const sim::ScenarioSpec& spec, const TileRun& run) {
+void run_v3(const testing::ScenarioSpec& spec, const TileRun& run) {
   if (spec.kv_dtype == DType::fp8_e4m3) {
     run_ws<tc::Cache::fp8, false>(run);
   } else if (bulk_copies_fit(spec.block_size)) {
@@ -55,15 +55,15 @@ void run_v3(const sim::ScenarioSpec& spec, const TileRun& run) {
 // Q 3, 1, 8, 2 (the last non-causal), contexts up to 700 over W = 2. rising: the latents of each
 // request's second half are 6x larger, so a row's running max rises past the rescale slack on
 // later tiles (O is rescaled between P.V's, which random data alone seldom asks for).
-sim::Scenario walk_case(DType kv, int H, int bs, std::uint64_t seed, bool rising = false) {
-  sim::ScenarioSpec spec;
+testing::Scenario walk_case(DType kv, int H, int bs, std::uint64_t seed, bool rising = false) {
+  testing::ScenarioSpec spec;
   spec.world = 2;
   spec.heads = H;
   spec.block_size = bs;
   spec.kv_dtype = kv;
   spec.q_dtype = DType::bf16;
   spec.seed = seed;
-  sim::Scenario sc = testing::custom_scenario(
+  testing::Scenario sc = testing::custom_scenario(
       spec, {3, 1, 8, 2}, {700, 9, 300, 260},
       {Mask::causal, Mask::causal, Mask::causal, Mask::full}, /*padding=*/1);
   if (rising) testing::raise_second_halves(sc, 6.0f);
@@ -86,7 +86,7 @@ TEST(TensorCoreEmulation, V3MatchesCpuBackend) {
   int seed = 1;
   for (const Case& c : cases) {
     const bool rising = seed % 2 == 0;
-    const sim::Scenario sc = walk_case(c.kv, c.H, c.bs, seed, rising);
+    const testing::Scenario sc = walk_case(c.kv, c.H, c.bs, seed, rising);
     PlanLimits limits;
     limits.kv_chunk_blocks = c.chunk;
     const int rank = seed++ % 2;
@@ -106,7 +106,7 @@ TEST(TensorCoreEmulation, FlattenedAndNativeGiveTheSameBits) {
   int seed = 40;
   for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
     for (int H : {16, 24}) {
-      const sim::Scenario sc = walk_case(kv, H, 64, seed++, /*rising=*/H == 24);
+      const testing::Scenario sc = walk_case(kv, H, 64, seed++, /*rising=*/H == 24);
       PlanLimits limits;
       limits.kv_chunk_blocks = H == 16 ? 0 : 2;
       const Batch flat = flatten(sc.batch);

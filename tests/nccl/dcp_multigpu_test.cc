@@ -13,7 +13,7 @@
 
 #include "gpu_buffers.h"
 #include "multigpu_support.h"
-#include "sim/test_support.h"
+#include "testing/test_support.h"
 
 namespace dcpmla {
 namespace {
@@ -30,20 +30,20 @@ using testing::describe;
 // data, except the ag_rs reduce-scatter, which for W = 2 is one f32 addition (the same bits in
 // either order): so wherever the simulation itself is deterministic, a2a and two-rank ag_rs
 // results must be bit-identical to it, and within the tolerance otherwise.
-void expect_multigpu_matches(const RankCollectives& ranks, const sim::Scenario& sc,
-                             const sim::RunOptions& o) {
+void expect_multigpu_matches(const RankCollectives& ranks, const testing::Scenario& sc,
+                             const testing::RunOptions& o) {
   SCOPED_TRACE(testing::describe_run(sc, o));
-  const auto multi = sim::run_dcp(sc, one_gpu_per_rank(), ranks.factory(), o);
+  const auto multi = testing::run_dcp(sc, one_gpu_per_rank(), ranks.factory(), o);
   // The simulation runs its step plainly: its in-process collectives wait on the host.
-  sim::RunOptions plain = o;
+  testing::RunOptions plain = o;
   plain.run_step = nullptr;
-  const auto simulated = sim::run_dcp(sc, all_on_gpu0(), plain);
-  const auto tol = sim::tolerance_for(sc.spec, o);
+  const auto simulated = testing::run_dcp(sc, all_on_gpu0(), plain);
+  const auto tol = testing::tolerance_for(sc.spec, o);
 
-  const auto vs_reference = sim::compare(sc, multi, sim::run_reference(sc), tol);
+  const auto vs_reference = testing::compare(sc, multi, testing::run_reference(sc), tol);
   EXPECT_TRUE(vs_reference.pass) << describe(vs_reference);
 
-  const auto vs_simulated = sim::agreement(multi, simulated);
+  const auto vs_simulated = testing::agreement(multi, simulated);
   EXPECT_LE(vs_simulated.max_out_diff, tol.out);
   EXPECT_LE(vs_simulated.max_lse_diff, tol.lse);
   for (std::size_t k = 0; k < simulated.lse.size(); ++k) {
@@ -55,7 +55,7 @@ void expect_multigpu_matches(const RankCollectives& ranks, const sim::Scenario& 
   if (exact_collectives && !vs_simulated.bit_identical) {
     // Only a difference the simulation does not show against itself is the collectives' fault.
     const bool deterministic =
-        sim::agreement(simulated, sim::run_dcp(sc, all_on_gpu0(), plain)).bit_identical;
+        testing::agreement(simulated, testing::run_dcp(sc, all_on_gpu0(), plain)).bit_identical;
     EXPECT_FALSE(deterministic) << "not bit-identical to the deterministic simulation: max|dO| "
                                 << vs_simulated.max_out_diff << " max|dLSE| "
                                 << vs_simulated.max_lse_diff;
@@ -73,8 +73,8 @@ class DcpMultiGpu : public ::testing::TestWithParam<CommKind> {
     ranks_ = std::make_unique<RankCollectives>(world(), GetParam());
   }
   const RankCollectives& ranks() const { return *ranks_; }
-  sim::RunResult run(const sim::Scenario& sc, const sim::RunOptions& o) const {
-    return sim::run_dcp(sc, one_gpu_per_rank(), ranks_->factory(), o);
+  testing::RunResult run(const testing::Scenario& sc, const testing::RunOptions& o) const {
+    return testing::run_dcp(sc, one_gpu_per_rank(), ranks_->factory(), o);
   }
 
  private:
@@ -88,7 +88,7 @@ TEST_P(DcpMultiGpu, RandomRaggedBatchesMatchSimulationAndReference) {
   std::mt19937_64 rng(4242);
   auto pick = [&](std::initializer_list<int> v) { return *(v.begin() + rng() % v.size()); };
   for (int i = 0; i < 12; ++i) {
-    sim::ScenarioSpec s;
+    testing::ScenarioSpec s;
     s.world = world();
     do {
       s.heads = pick({16, 32, 64, 128});
@@ -105,11 +105,11 @@ TEST_P(DcpMultiGpu, RandomRaggedBatchesMatchSimulationAndReference) {
     s.full_mask_fraction = i % 5 == 4 ? 0.3 : 0.0;
     s.padding_rows = i % 3 == 0 ? 1 + int(rng() % 6) : 0;
     s.seed = 9000 + i;
-    sim::RunOptions o;
+    testing::RunOptions o;
     o.combine = (i / 2) % 2 ? Combine::a2a : Combine::ag_rs;
     if (o.combine == Combine::a2a && i % 4 == 3) o.combine_payload = DType::bf16;  // over NCCL too
     o.limits.target_work_items = pick({0, 32, 264});
-    expect_multigpu_matches(ranks(), sim::make_scenario(s), o);
+    expect_multigpu_matches(ranks(), testing::make_scenario(s), o);
     if (HasFailure()) return;
   }
 }
@@ -130,13 +130,13 @@ TEST_P(DcpMultiGpu, EmptyRanksAndPaddingRows) {
   for (const Shape& sh : shapes) {
     for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
       for (Combine combine : {Combine::ag_rs, Combine::a2a}) {
-        sim::ScenarioSpec spec;
+        testing::ScenarioSpec spec;
         spec.world = world();
         spec.heads = 8 * world();
         spec.block_size = 1;
         spec.kv_dtype = kv;
         spec.seed = seed++;
-        sim::RunOptions o;
+        testing::RunOptions o;
         o.combine = combine;
         o.limits.kv_chunk_blocks = seed % 2;
         expect_multigpu_matches(ranks(), custom_scenario(spec, sh.q, sh.t, {}, /*padding=*/3), o);
@@ -152,13 +152,13 @@ TEST_P(DcpMultiGpu, SpecVectorBatches) {
   for (const testing::SpecBatch& v : testing::spec_batches()) {
     for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
       for (Combine combine : {Combine::ag_rs, Combine::a2a}) {
-        sim::ScenarioSpec spec;
+        testing::ScenarioSpec spec;
         spec.world = world();
         spec.heads = 128;
         spec.block_size = 64;
         spec.kv_dtype = kv;
         spec.seed = seed++;
-        sim::RunOptions o;
+        testing::RunOptions o;
         o.combine = combine;
         expect_multigpu_matches(ranks(), custom_scenario(spec, v.q, v.t, v.masks, 2), o);
         if (HasFailure()) return;
@@ -170,26 +170,26 @@ TEST_P(DcpMultiGpu, SpecVectorBatches) {
 // Across GPUs too, flattened single-token rows and the native form agree bit for bit (same KV
 // split), and seeing future drafts fails the comparison.
 TEST_P(DcpMultiGpu, FlattenedMatchesNativeAndTheNegativeControlFails) {
-  sim::ScenarioSpec spec;
+  testing::ScenarioSpec spec;
   spec.world = world();
   spec.heads = 16 * world();
   spec.block_size = 16;
   spec.seed = 5;
-  const sim::Scenario sc = custom_scenario(spec, {8, 2, 1, 5}, {700, 40, 3, 1200}, {}, 1);
+  const testing::Scenario sc = custom_scenario(spec, {8, 2, 1, 5}, {700, 40, 3, 1200}, {}, 1);
   for (Combine combine : {Combine::ag_rs, Combine::a2a}) {
-    sim::RunOptions o;
+    testing::RunOptions o;
     o.combine = combine;
     o.limits.kv_chunk_blocks = 4;
-    sim::RunOptions flat = o;
+    testing::RunOptions flat = o;
     flat.flatten = true;
     const auto native = run(sc, o);
     const auto flattened = run(sc, flat);
-    EXPECT_TRUE(sim::agreement(native, flattened).bit_identical) << to_string(combine);
+    EXPECT_TRUE(testing::agreement(native, flattened).bit_identical) << to_string(combine);
 
-    sim::RunOptions future = o;
+    testing::RunOptions future = o;
     future.see_future = true;
-    const auto bad =
-        sim::compare(sc, run(sc, future), sim::run_reference(sc), sim::tolerance_for(spec));
+    const auto bad = testing::compare(sc, run(sc, future), testing::run_reference(sc),
+                                      testing::tolerance_for(spec));
     EXPECT_FALSE(bad.pass) << to_string(combine);
     EXPECT_GT(bad.max_out_error, 0.05) << to_string(combine);
   }
@@ -232,7 +232,7 @@ TEST_P(DcpMultiGpu, WholeStepCapturedInACudaGraphAndReplayed) {
   for (Combine combine : {Combine::ag_rs, Combine::a2a}) {
     for (DType payload : {DType::f32, DType::bf16}) {
       if (combine == Combine::ag_rs && payload == DType::bf16) continue;
-      sim::ScenarioSpec spec;
+      testing::ScenarioSpec spec;
       spec.world = world();
       spec.heads = 16 * world();
       spec.requests = 6;
@@ -240,12 +240,12 @@ TEST_P(DcpMultiGpu, WholeStepCapturedInACudaGraphAndReplayed) {
       spec.max_context = 2000;
       spec.padding_rows = 3;
       spec.seed = seed++;
-      sim::RunOptions o;
+      testing::RunOptions o;
       o.combine = combine;
       o.combine_payload = payload;
       o.limits.target_work_items = 64;  // split requests: the split merge is captured too
       o.run_step = capture_and_replay;
-      expect_multigpu_matches(ranks(), sim::make_scenario(spec), o);
+      expect_multigpu_matches(ranks(), testing::make_scenario(spec), o);
       if (HasFailure()) return;
     }
   }

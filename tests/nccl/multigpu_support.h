@@ -1,5 +1,5 @@
 // Helpers of the multi-GPU suites: how many GPUs can run the CUDA backend, backend and NCCL or
-// peer communicator factories for sim::run_dcp, and a thread per rank.
+// peer communicator factories for testing::run_dcp, and a thread per rank.
 //
 // With DCPMLA_MULTIGPU_TESTS_ON_CPU=1 the DCP suite runs its ranks on the CPU backend with
 // in-process collectives instead (W = 2), which checks the suite itself where no GPU exists.
@@ -12,14 +12,14 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "dcpmla/cpu_backend.h"
 #include "dcpmla/cuda_backend.h"
 #include "dcpmla/nccl_comm.h"
 #include "dcpmla/peer_comm.h"
-#include "dcpmla/sim/runner.h"
+#include "dcpmla/testing/run_ranks.h"
+#include "dcpmla/testing/runner.h"
 #include "gpu_buffers.h"
 
 namespace dcpmla::multigpu_testing {
@@ -43,12 +43,12 @@ inline int world() {
 }
 
 // Rank r on GPU r.
-inline sim::BackendFactory one_gpu_per_rank() {
+inline testing::BackendFactory one_gpu_per_rank() {
   if (on_cpu()) return [](int) { return make_cpu_backend(1); };
   return [](int rank) { return make_cuda_backend(rank); };
 }
 // Every rank simulated on GPU 0 (in-process collectives): the single-GPU DCP simulation.
-inline sim::BackendFactory all_on_gpu0() {
+inline testing::BackendFactory all_on_gpu0() {
   if (on_cpu()) return [](int) { return make_cpu_backend(1); };
   return [](int) { return make_cuda_backend(0); };
 }
@@ -77,7 +77,7 @@ class RankCollectives {
     }
   }
   // Rank r's communicator: a non-owning view of the group's.
-  sim::CommunicatorFactory factory() const {
+  testing::CommunicatorFactory factory() const {
     if (in_process_) {
       return [g = in_process_.get()](int rank, Backend& be) -> std::unique_ptr<Communicator> {
         return std::make_unique<InProcessCommunicator>(*g, rank, &be);
@@ -117,19 +117,7 @@ namespace dcpmla::multigpu_testing {
 // returned normally): gtest assertions stay on the test's thread.
 template <class Fn>
 std::vector<std::string> on_ranks(int world, Fn fn) {
-  std::vector<std::string> errors(static_cast<std::size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (const std::exception& e) {
-        errors[std::size_t(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
+  return testing::rank_failures(world, fn);
 }
 
 }  // namespace dcpmla::multigpu_testing

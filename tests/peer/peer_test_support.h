@@ -15,10 +15,10 @@
 #include <exception>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "dcpmla/cuda_backend.h"
+#include "dcpmla/testing/run_ranks.h"
 #include "gpu_buffers.h"
 
 namespace dcpmla::peer_testing {
@@ -114,20 +114,14 @@ class Ranks {
 template <class Fn>
 std::vector<std::string> on_ranks(int world, Fn fn) {
   Ranks ranks(world);
-  std::vector<std::string> errors(static_cast<std::size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        fn(r, ranks);
-      } catch (const std::exception& e) {
-        errors[std::size_t(r)] = e.what();
-        ranks.fail();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
+  return testing::rank_failures(world, [&](int r) {
+    try {
+      fn(r, ranks);
+    } catch (...) {
+      ranks.fail();
+      throw;
+    }
+  });
 }
 
 }  // namespace dcpmla::peer_testing

@@ -15,8 +15,8 @@
 #include "check.h"
 #include "dcpmla/cpu_backend.h"
 #include "dcpmla/error.h"
-#include "dcpmla/sim/runner.h"
-#include "dcpmla/sim/scenario.h"
+#include "dcpmla/testing/runner.h"
+#include "dcpmla/testing/scenario.h"
 #include "npy.h"
 
 namespace dcpmla::testing {
@@ -44,8 +44,8 @@ std::string name_of(const CaseSetup& s) {
 
 // A ragged speculative batch with a non-causal request, a request shorter than W + Q (rows that
 // see nothing on a rank), a long one spanning many blocks, and padding rows.
-sim::Scenario scenario(const CaseSetup& s) {
-  sim::ScenarioSpec spec;
+testing::Scenario scenario(const CaseSetup& s) {
+  testing::ScenarioSpec spec;
   spec.world = s.world;
   spec.interleave = s.interleave;
   spec.heads = 8;
@@ -57,12 +57,12 @@ sim::Scenario scenario(const CaseSetup& s) {
   const std::vector<int> q = {8, 2, 3, 4, 1};
   const std::vector<std::int64_t> t = {100, 40, 7, 4, 130};
   const std::vector<Mask> m = {Mask::causal, Mask::causal, Mask::full, Mask::causal, Mask::causal};
-  return sim::make_fixed_scenario(spec, q, t, m);
+  return testing::make_fixed_scenario(spec, q, t, m);
 }
 
 const PlanLimits kLimits{.kv_chunk_blocks = 2};
 
-sim::RunResult as_run(const tool::AttendResult& r) {
+testing::RunResult as_run(const tool::AttendResult& r) {
   return {r.out, r.lse};
 }
 
@@ -70,7 +70,7 @@ class ToolsAttend : public ::testing::TestWithParam<CaseSetup> {};
 
 TEST_P(ToolsAttend, MatchesReferenceAndDirectRun) {
   const CaseSetup s = GetParam();
-  const sim::Scenario sc = scenario(s);
+  const testing::Scenario sc = scenario(s);
   const fs::path dir = temp_dir("attend_" + name_of(s));
   write_case(sc, dir, s.form);
 
@@ -80,17 +80,17 @@ TEST_P(ToolsAttend, MatchesReferenceAndDirectRun) {
   ASSERT_EQ(got.rows, sc.batch.rows());
   ASSERT_EQ(got.heads, sc.spec.heads);
 
-  const auto tol = sim::tolerance_for(sc.spec);
-  const auto cmp = sim::compare(sc, as_run(got), sim::run_reference(sc), tol);
+  const auto tol = testing::tolerance_for(sc.spec);
+  const auto cmp = testing::compare(sc, as_run(got), testing::run_reference(sc), tol);
   EXPECT_TRUE(cmp.pass) << "max|dO| " << cmp.max_out_error << " max|dLSE| " << cmp.max_lse_error
                         << " padding exact " << cmp.padding_exact;
 
-  sim::RunOptions direct;
+  testing::RunOptions direct;
   direct.combine = s.combine;
   direct.limits = kLimits;
-  const auto want = sim::run_dcp(
+  const auto want = testing::run_dcp(
       sc, [](int) { return make_cpu_backend(1); }, direct);
-  const auto agree = sim::agreement(as_run(got), want);
+  const auto agree = testing::agreement(as_run(got), want);
   EXPECT_TRUE(agree.bit_identical)
       << "max|dO| " << agree.max_out_diff << " max|dLSE| " << agree.max_lse_diff;
   fs::remove_all(dir);
@@ -129,7 +129,7 @@ int run_tool(const std::string& args, std::string* log = nullptr) {
 
 TEST(ToolsAttendCli, WritesOutAndLse) {
   const CaseSetup s{2, DType::bf16, KvForm::latents};
-  const sim::Scenario sc = scenario(s);
+  const testing::Scenario sc = scenario(s);
   const fs::path dir = temp_dir("cli_case"), out = temp_dir("cli_out") / "sub";
   write_case(sc, dir, s.form);
   std::string log;
@@ -147,7 +147,8 @@ TEST(ToolsAttendCli, WritesOutAndLse) {
   EXPECT_EQ(l.shape, (std::vector<std::int64_t>{sc.batch.rows(), 8}));
   const auto direct = tool::run_case(tool::load_case(dir), {Combine::ag_rs, 2, kLimits});
   EXPECT_EQ(o.values<float>().size(), direct.out.size());
-  EXPECT_TRUE(sim::agreement({o.values<float>(), l.values<float>()}, as_run(direct)).bit_identical);
+  EXPECT_TRUE(
+      testing::agreement({o.values<float>(), l.values<float>()}, as_run(direct)).bit_identical);
   // Padding rows: O = 0, LSE = -inf.
   const auto lse = l.values<float>();
   EXPECT_TRUE(std::isinf(lse.back()) && lse.back() < 0);
@@ -163,7 +164,7 @@ TEST(ToolsAttendCli, WritesOutAndLse) {
 }
 
 TEST(ToolsAttendCli, QScaleMultipliesTheScores) {
-  const sim::Scenario sc = scenario({2, DType::f32, KvForm::latents});
+  const testing::Scenario sc = scenario({2, DType::f32, KvForm::latents});
   const fs::path a = temp_dir("qscale_a"), b = temp_dir("qscale_b");
   write_case(sc, a, KvForm::latents);
   write_case(sc, b, KvForm::latents);
@@ -173,7 +174,7 @@ TEST(ToolsAttendCli, QScaleMultipliesTheScores) {
   std::ofstream(b / "config.json") << cfg.dump();
   const auto ra = tool::run_case(tool::load_case(a), {Combine::ag_rs, 2, kLimits});
   const auto rb = tool::run_case(tool::load_case(b), {Combine::ag_rs, 2, kLimits});
-  const auto agree = sim::agreement(as_run(ra), as_run(rb));
+  const auto agree = testing::agreement(as_run(ra), as_run(rb));
   EXPECT_LT(agree.max_out_diff, 1e-5);
   EXPECT_LT(agree.max_lse_diff, 1e-5);
   fs::remove_all(a);
@@ -210,7 +211,7 @@ struct Malformed {
 
 TEST(ToolsAttendCli, MalformedCasesAreRejected) {
   // Base case: W = 2, bf16 cache, H = 8, 5 requests with 18 tokens + 2 padding rows, sum T = 281.
-  const sim::Scenario sc = scenario({2, DType::bf16, KvForm::latents});
+  const testing::Scenario sc = scenario({2, DType::bf16, KvForm::latents});
   const auto rows = sc.batch.rows();
   const std::vector<Malformed> cases = {
       {"no config",
@@ -437,7 +438,7 @@ TEST(ToolsAttendCli, BadCommandLinesExitWithStatus2) {
   std::string log;
   EXPECT_EQ(run_tool("attend --case /nonexistent/dcpmla-case", &log), 2);
   EXPECT_NE(log.find("--case"), std::string::npos) << log;
-  const sim::Scenario sc = scenario({1, DType::f32, KvForm::latents});
+  const testing::Scenario sc = scenario({1, DType::f32, KvForm::latents});
   const fs::path dir = temp_dir("bad_cli");
   write_case(sc, dir, KvForm::latents);
   EXPECT_EQ(run_tool(fmt::format("attend --case '{}' --combine ring", dir.string()), &log), 2);

@@ -14,7 +14,7 @@
 namespace dcpmla::testing {
 namespace fs = std::filesystem;
 
-nlohmann::json case_config(const sim::Scenario& sc) {
+nlohmann::json case_config(const testing::Scenario& sc) {
   const auto& s = sc.spec;
   nlohmann::json cfg = {
       {"world", s.world},
@@ -33,7 +33,7 @@ nlohmann::json case_config(const sim::Scenario& sc) {
   return cfg;
 }
 
-void write_case(const sim::Scenario& sc, const fs::path& dir, KvForm form) {
+void write_case(const testing::Scenario& sc, const fs::path& dir, KvForm form) {
   using tool::npy::Dtype;
   const auto& s = sc.spec;
   const Batch& batch = sc.batch;

@@ -1,5 +1,5 @@
 // The oracle: a deliberately naive MLA decode in global coordinates and double precision.
-// No sharding, no paging, no splitting; used only by tests, the demo and `dcpmla check`.
+// No sharding, no paging, no splitting: for the tests, the demo and `dcpmla check`.
 #pragma once
 
 #include <cstdint>
@@ -7,7 +7,7 @@
 
 #include "dcpmla/batch.h"
 
-namespace dcpmla {
+namespace dcpmla::testing {
 
 struct ReferenceProblem {
   // Only query_start_loc, total_len, mask and num_tokens are read (no block table).
@@ -25,4 +25,4 @@ struct ReferenceResult {
 
 ReferenceResult reference_attention(const ReferenceProblem& problem);
 
-}  // namespace dcpmla
+}  // namespace dcpmla::testing

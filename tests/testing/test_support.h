@@ -20,39 +20,23 @@
 #include "dcpmla/numeric.h"
 #include "dcpmla/plan.h"
 #include "dcpmla/sharding.h"
-#include "dcpmla/sim/runner.h"
-#include "dcpmla/sim/scenario.h"
+#include "dcpmla/testing/runner.h"
+#include "dcpmla/testing/scenario.h"
 
 namespace dcpmla::testing {
 
 // One CPU thread per simulated rank: the suites parallelise over ctest processes instead.
-inline sim::BackendFactory cpu1() {
+inline BackendFactory cpu1() {
   return [](int) { return make_cpu_backend(1); };
 }
 
-// The value a cache of dtype t holds for x as a reader sees it (k_scale applied for fp8).
-inline double stored_value(float x, DType t, float k_scale) {
-  switch (t) {
-    case DType::f32:
-      return x;
-    case DType::bf16:
-      return bf16_to_float(float_to_bf16(x));
-    default:
-      return double(fp8_e4m3_to_float(float_to_fp8_e4m3(x / k_scale))) * k_scale;
-  }
-}
-
-inline float round_to(DType t, float x) {
-  return t == DType::bf16 ? bf16_to_float(float_to_bf16(x)) : x;
-}
-
 // A scenario with exactly the given query lengths, global lengths and masks (empty: causal), plus
-// `padding` padding rows (sim::make_fixed_scenario with spec.padding_rows = padding).
-inline sim::Scenario custom_scenario(sim::ScenarioSpec spec, const std::vector<int>& q_lens,
-                                     const std::vector<std::int64_t>& total_len,
-                                     const std::vector<Mask>& masks = {}, int padding = 0) {
+// `padding` padding rows (testing::make_fixed_scenario with spec.padding_rows = padding).
+inline testing::Scenario custom_scenario(testing::ScenarioSpec spec, const std::vector<int>& q_lens,
+                                         const std::vector<std::int64_t>& total_len,
+                                         const std::vector<Mask>& masks = {}, int padding = 0) {
   spec.padding_rows = padding;
-  return sim::make_fixed_scenario(spec, q_lens, total_len, masks);
+  return testing::make_fixed_scenario(spec, q_lens, total_len, masks);
 }
 
 // The SPEC's end-to-end batches (query lengths, global lengths, masks; empty masks = causal): the
@@ -96,7 +80,7 @@ void expect_rows_close(const Result& got, const Result& want, double out_tol, do
 // Each request's second half of latents scaled by `factor`: a row's running max then rises on
 // later KV tiles, so decoders rescale their partial O between tiles (random latents alone seldom
 // make a lazy rescale fire after the first tile).
-inline void raise_second_halves(sim::Scenario& sc, float factor) {
+inline void raise_second_halves(testing::Scenario& sc, float factor) {
   for (auto& latents : sc.kv) {
     for (std::size_t i = latents.size() / kHeadDim / 2 * kHeadDim; i < latents.size(); ++i) {
       latents[i] *= factor;
@@ -106,21 +90,21 @@ inline void raise_second_halves(sim::Scenario& sc, float factor) {
 
 // The same problem with every physical block id renamed through a random permutation of the
 // cache (num_blocks unchanged): the results must not change by a single bit.
-inline sim::Scenario permute_block_ids(const sim::Scenario& sc, std::uint64_t seed) {
+inline testing::Scenario permute_block_ids(const testing::Scenario& sc, std::uint64_t seed) {
   // A random cyclic permutation (one n-cycle): no id keeps its place when num_blocks >= 2.
   std::mt19937_64 rng(seed);
   std::vector<std::int32_t> order(std::size_t(sc.num_blocks)), perm(order.size());
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), rng);
   for (std::size_t k = 0; k < order.size(); ++k) perm[order[k]] = order[(k + 1) % order.size()];
-  sim::Scenario out = sc;
+  testing::Scenario out = sc;
   for (auto& id : out.batch.block_table) {
     if (id >= 0) id = perm[std::size_t(id)];
   }
   return out;
 }
 
-inline std::string describe(const sim::ScenarioSpec& s) {
+inline std::string describe(const testing::ScenarioSpec& s) {
   return fmt::format(
       "ScenarioSpec{{world={}, interleave={}, heads={}, requests={}, max_drafts={}, "
       "block_size={}, max_context={}, short_request={}, full_mask_fraction={}, padding_rows={}, "
@@ -130,7 +114,7 @@ inline std::string describe(const sim::ScenarioSpec& s) {
       to_string(s.q_dtype), s.k_scale, s.softmax_scale, s.seed);
 }
 
-inline std::string describe(const sim::RunOptions& o) {
+inline std::string describe(const testing::RunOptions& o) {
   return fmt::format(
       "RunOptions{{combine={}, combine_payload={}, limits={{kv_chunk_blocks={}, "
       "target_work_items={}, min_chunk_blocks={}}}, poison={}, flatten={}, see_future={}}}",
@@ -148,11 +132,11 @@ inline std::string describe_batch(const Batch& b) {
 }
 
 // A run's scenario, options and batch, for a failure message.
-inline std::string describe_run(const sim::Scenario& sc, const sim::RunOptions& o) {
+inline std::string describe_run(const testing::Scenario& sc, const testing::RunOptions& o) {
   return describe(sc.spec) + "\n" + describe(o) + "\n" + describe_batch(sc.batch);
 }
 
-inline std::string describe(const sim::Comparison& c) {
+inline std::string describe(const testing::Comparison& c) {
   std::string s = fmt::format("max|dO| {:.3e} max|dLSE| {:.3e} padding_exact {}", c.max_out_error,
                               c.max_lse_error, c.padding_exact);
   for (std::size_t b = 0; b < c.requests.size(); ++b) {
@@ -169,7 +153,7 @@ inline std::string describe(const sim::Comparison& c) {
 // per-rank partial result for all H heads.
 // Rank `rank`'s cache of a scenario: every position of every request goes through the slot
 // mapping and the CPU writer; only the owner writes. Unused pages stay NaN when poisoned.
-inline HostKvCache rank_cache(const sim::Scenario& sc, int rank, bool poison = true) {
+inline HostKvCache rank_cache(const testing::Scenario& sc, int rank, bool poison = true) {
   const auto& spec = sc.spec;
   const Batch& batch = sc.batch;
   const Sharding sh{spec.world, rank, spec.interleave};
@@ -198,7 +182,7 @@ struct RankDecode {
   std::vector<float> lse;  // [rows, H]
 };
 
-inline RankDecode decode_rank(const sim::Scenario& sc, int rank, const PlanLimits& limits = {},
+inline RankDecode decode_rank(const testing::Scenario& sc, int rank, const PlanLimits& limits = {},
                               bool poison = true, const Batch* run_batch = nullptr) {
   const auto& spec = sc.spec;
   const Batch& batch = sc.batch;
@@ -235,8 +219,8 @@ struct LocalRef {
   std::vector<double> out;
   double lse;
 };
-inline LocalRef local_reference(const sim::Scenario& sc, int rank, int b, std::int64_t row, int h,
-                                std::int64_t bound) {
+inline LocalRef local_reference(const testing::Scenario& sc, int rank, int b, std::int64_t row,
+                                int h, std::int64_t bound) {
   const auto& spec = sc.spec;
   const float k_scale = spec.kv_dtype == DType::fp8_e4m3 ? spec.k_scale : 1.0f;
   const float* q = &sc.q[(std::size_t(row) * spec.heads + h) * kHeadDim];

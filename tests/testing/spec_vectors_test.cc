@@ -12,8 +12,8 @@
 #include "dcpmla/merge.h"
 #include "dcpmla/plan.h"
 #include "dcpmla/sharding.h"
-#include "dcpmla/sim/runner.h"
-#include "sim/test_support.h"
+#include "dcpmla/testing/runner.h"
+#include "testing/test_support.h"
 
 namespace dcpmla {
 namespace {
@@ -220,7 +220,7 @@ TEST_P(SpecBatches, MatchReferenceForEveryDtypeCombineAndSplit) {
     for (Combine combine : {Combine::ag_rs, Combine::a2a}) {
       for (int chunk : {0, 1}) {
         for (bool flat : {false, true}) {
-          sim::ScenarioSpec spec;
+          testing::ScenarioSpec spec;
           spec.world = e.world;
           spec.heads = 16;
           spec.block_size = 16;
@@ -228,13 +228,13 @@ TEST_P(SpecBatches, MatchReferenceForEveryDtypeCombineAndSplit) {
           spec.q_dtype = kv == DType::f32 ? DType::f32 : DType::bf16;
           spec.seed = seed++;
           const auto sc = custom_scenario(spec, e.q, e.T, e.mask);
-          sim::RunOptions o;
+          testing::RunOptions o;
           o.combine = combine;
           o.limits.kv_chunk_blocks = chunk;
           o.flatten = flat;
-          const auto got = sim::run_dcp(sc, testing::cpu1(), o);
-          const auto want = sim::run_reference(sc);
-          const auto cmp = sim::compare(sc, got, want, sim::tolerance_for(spec));
+          const auto got = testing::run_dcp(sc, testing::cpu1(), o);
+          const auto want = testing::run_reference(sc);
+          const auto cmp = testing::compare(sc, got, want, testing::tolerance_for(spec));
           EXPECT_TRUE(cmp.pass) << e.name << " " << testing::describe(spec) << " "
                                 << testing::describe(o) << "\n"
                                 << testing::describe(cmp);
@@ -250,17 +250,17 @@ class SpecBatchesWithDrafts : public ::testing::TestWithParam<EndToEnd> {};
 
 TEST_P(SpecBatchesWithDrafts, SeeingTheFutureFailsByFar) {
   const auto& e = GetParam();
-  sim::ScenarioSpec spec;
+  testing::ScenarioSpec spec;
   spec.world = e.world;
   spec.heads = 16;
   spec.block_size = 16;
   spec.seed = 99;
   const auto sc = custom_scenario(spec, e.q, e.T, e.mask);
-  sim::RunOptions o;
+  testing::RunOptions o;
   o.see_future = true;
-  const auto want = sim::run_reference(sc);
-  const auto cmp =
-      sim::compare(sc, sim::run_dcp(sc, testing::cpu1(), o), want, sim::tolerance_for(spec));
+  const auto want = testing::run_reference(sc);
+  const auto cmp = testing::compare(sc, testing::run_dcp(sc, testing::cpu1(), o), want,
+                                    testing::tolerance_for(spec));
   EXPECT_FALSE(cmp.pass);
   EXPECT_GT(cmp.max_out_error, 0.05) << e.name;
   // the request with drafts fails, single-token requests are unaffected

@@ -1,6 +1,6 @@
 // The random case generator of the property tests: thousands of DCP + speculative-decoding
-// batches drawn from a seed, shared by the CPU suite (tests/sim/property_test.cc) and the GPU one
-// (tests/cuda/property_test.cc), so both run exactly the same cases.
+// batches drawn from a seed, shared by the CPU suite (tests/testing/property_test.cc) and the GPU
+// one (tests/cuda/property_test.cc), so both run exactly the same cases.
 //
 // Reproducing a failure: the message prints the case index; draw_case(kBaseSeed + index) gives
 // back the exact ScenarioSpec and RunOptions (the printed ones), deterministic on one platform.
@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "dcpmla/sim/runner.h"
-#include "dcpmla/sim/scenario.h"
-#include "sim/test_support.h"
+#include "dcpmla/testing/runner.h"
+#include "dcpmla/testing/scenario.h"
+#include "testing/test_support.h"
 
 namespace dcpmla::testing {
 
@@ -24,8 +24,8 @@ constexpr int kCasesPerShard = 100;  // 2000 small cases in all
 constexpr int kFullSizeCases = 4;
 
 struct PropertyCase {
-  sim::ScenarioSpec spec;
-  sim::RunOptions options;
+  testing::ScenarioSpec spec;
+  testing::RunOptions options;
 };
 
 // Plain modulo draws (not std::uniform_int_distribution) so a seed means the same case with
@@ -98,8 +98,8 @@ inline PropertyCase draw_case(std::uint64_t seed, bool full_size) {
   if (pick(rng, 2)) o.limits.target_work_items = 1 + pick(rng, 16);
   o.limits.min_chunk_blocks = 1 + pick(rng, 2);
   o.flatten = pick(rng, 10) == 0;
-  // Half the a2a cases ship the bf16 payload (decided by the seed, not drawn, so every other
-  // knob of every case stays as it was before this option existed).
+  // Half the a2a cases ship the bf16 payload (decided by the seed, not drawn, so the other knobs
+  // of a case do not depend on it).
   if (o.combine == Combine::a2a && (seed & 1)) o.combine_payload = DType::bf16;
   o.poison = true;
   return c;

@@ -13,7 +13,7 @@
 #include "dcpmla/plan.h"
 #include "dcpmla/types.h"
 
-namespace dcpmla::sim {
+namespace dcpmla::testing {
 
 struct ScenarioSpec {
   int world = 2;
@@ -57,4 +57,9 @@ Scenario make_fixed_scenario(ScenarioSpec spec, std::span<const int> q_lens,
                              std::span<const std::int64_t> total_lens,
                              std::span<const Mask> masks = {});
 
-}  // namespace dcpmla::sim
+// x rounded to t (f32 or bf16), as a scenario's query holds it.
+float round_to(DType t, float x);
+// The value a cache of dtype t holds for x as a reader sees it (k_scale applied for fp8).
+double stored_value(float x, DType t, float k_scale);
+
+}  // namespace dcpmla::testing

@@ -10,10 +10,10 @@
 
 #include "dcpmla/backend.h"
 #include "dcpmla/dcp.h"
-#include "dcpmla/reference.h"
-#include "dcpmla/sim/scenario.h"
+#include "dcpmla/testing/reference.h"
+#include "dcpmla/testing/scenario.h"
 
-namespace dcpmla::sim {
+namespace dcpmla::testing {
 
 using BackendFactory = std::function<std::unique_ptr<Backend>(int rank)>;
 // Rank r's communicator, made on rank r's thread once its backend exists (the communicator's
@@ -92,4 +92,4 @@ struct Agreement {
 };
 Agreement agreement(const RunResult& a, const RunResult& b);
 
-}  // namespace dcpmla::sim
+}  // namespace dcpmla::testing

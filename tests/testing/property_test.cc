@@ -1,6 +1,6 @@
-// The property test: thousands of random DCP + speculative-decoding batches (sim/property_cases.h),
-// each run as a W-rank DCP step on the CPU backend and compared with the double-precision
-// reference.
+// The property test: thousands of random DCP + speculative-decoding batches
+// (testing/property_cases.h), each run as a W-rank DCP step on the CPU backend and compared with
+// the double-precision reference.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,10 +12,10 @@
 
 #include "dcpmla/cpu_backend.h"
 #include "dcpmla/plan.h"
-#include "dcpmla/sim/runner.h"
-#include "dcpmla/sim/scenario.h"
-#include "sim/property_cases.h"
-#include "sim/test_support.h"
+#include "dcpmla/testing/runner.h"
+#include "dcpmla/testing/scenario.h"
+#include "testing/property_cases.h"
+#include "testing/test_support.h"
 
 namespace dcpmla {
 namespace {
@@ -31,10 +31,10 @@ using testing::repro;
 // Runs one case; returns whether rank 0's plan split some request (to check coverage).
 bool run_case(std::uint64_t index, bool full_size) {
   const PropertyCase c = draw_case(kBaseSeed + index, full_size);
-  const sim::Scenario sc = sim::make_scenario(c.spec);
-  const auto got = sim::run_dcp(sc, testing::cpu1(), c.options);
-  const auto want = sim::run_reference(sc);
-  const auto cmp = sim::compare(sc, got, want, sim::tolerance_for(c.spec, c.options));
+  const testing::Scenario sc = testing::make_scenario(c.spec);
+  const auto got = testing::run_dcp(sc, testing::cpu1(), c.options);
+  const auto want = testing::run_reference(sc);
+  const auto cmp = testing::compare(sc, got, want, testing::tolerance_for(c.spec, c.options));
   EXPECT_TRUE(cmp.pass) << repro(index, c) << "\n"
                         << testing::describe_batch(sc.batch) << "\n"
                         << testing::describe(cmp);
@@ -132,7 +132,7 @@ TEST(PropertyCoverage, DrawIsDeterministic) {
     const auto a = draw_case(kBaseSeed + i, false), b = draw_case(kBaseSeed + i, false);
     EXPECT_EQ(testing::describe(a.spec), testing::describe(b.spec));
     EXPECT_EQ(testing::describe(a.options), testing::describe(b.options));
-    const auto sa = sim::make_scenario(a.spec), sb = sim::make_scenario(b.spec);
+    const auto sa = testing::make_scenario(a.spec), sb = testing::make_scenario(b.spec);
     EXPECT_EQ(sa.batch.total_len, sb.batch.total_len);
     EXPECT_EQ(sa.batch.block_table, sb.batch.block_table);
     EXPECT_EQ(sa.q, sb.q);

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "dcpmla/cpu_backend.h"
-#include "dcpmla/sim/runner.h"
-#include "dcpmla/sim/scenario.h"
-#include "sim/test_support.h"
+#include "dcpmla/testing/runner.h"
+#include "dcpmla/testing/scenario.h"
+#include "testing/test_support.h"
 
 namespace dcpmla {
 namespace {
@@ -18,8 +18,8 @@ using testing::describe;
 
 // Small random specs covering every knob that matters for bit equality. H is drawn first and W
 // as one of its divisors, because the head-split combine needs H % W == 0.
-sim::ScenarioSpec random_small_spec(std::mt19937_64& rng, std::uint64_t seed) {
-  sim::ScenarioSpec s;
+testing::ScenarioSpec random_small_spec(std::mt19937_64& rng, std::uint64_t seed) {
+  testing::ScenarioSpec s;
   const int heads[] = {1, 2, 4, 6, 8, 12, 16};
   s.heads = heads[rng() % 7];
   std::vector<int> ws;
@@ -51,15 +51,15 @@ TEST(Invariance, FlattenedEqualsNativeBitForBit) {
   std::mt19937_64 rng(501);
   for (int iter = 0; iter < 60; ++iter) {
     const auto spec = random_small_spec(rng, 5000 + iter);
-    const auto sc = sim::make_scenario(spec);
-    sim::RunOptions native;
+    const auto sc = testing::make_scenario(spec);
+    testing::RunOptions native;
     native.combine = rng() % 2 ? Combine::a2a : Combine::ag_rs;
     native.limits.kv_chunk_blocks = 1 + int(rng() % 4);
-    sim::RunOptions flat = native;
+    testing::RunOptions flat = native;
     flat.flatten = true;
-    const auto a = sim::run_dcp(sc, cpu1(), native);
-    const auto b = sim::run_dcp(sc, cpu1(), flat);
-    const auto agree = sim::agreement(a, b);
+    const auto a = testing::run_dcp(sc, cpu1(), native);
+    const auto b = testing::run_dcp(sc, cpu1(), flat);
+    const auto agree = testing::agreement(a, b);
     ASSERT_TRUE(agree.bit_identical)
         << describe(spec) << " " << describe(native) << " " << testing::describe_batch(sc.batch)
         << " max|dO| " << agree.max_out_diff << " max|dLSE| " << agree.max_lse_diff;
@@ -70,12 +70,13 @@ TEST(Invariance, FlattenedEqualsNativeWithoutSplits) {
   std::mt19937_64 rng(502);
   for (int iter = 0; iter < 20; ++iter) {
     const auto spec = random_small_spec(rng, 6000 + iter);
-    const auto sc = sim::make_scenario(spec);
-    sim::RunOptions native;  // no split at all
-    sim::RunOptions flat = native;
+    const auto sc = testing::make_scenario(spec);
+    testing::RunOptions native;  // no split at all
+    testing::RunOptions flat = native;
     flat.flatten = true;
-    ASSERT_TRUE(sim::agreement(sim::run_dcp(sc, cpu1(), native), sim::run_dcp(sc, cpu1(), flat))
-                    .bit_identical)
+    ASSERT_TRUE(
+        testing::agreement(testing::run_dcp(sc, cpu1(), native), testing::run_dcp(sc, cpu1(), flat))
+            .bit_identical)
         << describe(spec);
   }
 }
@@ -86,16 +87,16 @@ TEST(Invariance, PoisonedUnusedPagesNeverChangeResults) {
   for (int iter = 0; iter < 40; ++iter) {
     auto spec = random_small_spec(rng, 7000 + iter);
     spec.extra_blocks = 1 + int(rng() % 4);
-    const auto sc = sim::make_scenario(spec);
-    sim::RunOptions o;
+    const auto sc = testing::make_scenario(spec);
+    testing::RunOptions o;
     o.combine = rng() % 2 ? Combine::a2a : Combine::ag_rs;
     o.limits.kv_chunk_blocks = int(rng() % 3);
     o.flatten = rng() % 4 == 0;
     o.poison = true;
-    sim::RunOptions clean = o;
+    testing::RunOptions clean = o;
     clean.poison = false;
-    const auto poisoned = sim::run_dcp(sc, cpu1(), o);
-    const auto agree = sim::agreement(poisoned, sim::run_dcp(sc, cpu1(), clean));
+    const auto poisoned = testing::run_dcp(sc, cpu1(), o);
+    const auto agree = testing::agreement(poisoned, testing::run_dcp(sc, cpu1(), clean));
     ASSERT_TRUE(agree.bit_identical) << describe(spec) << " " << describe(o);
     for (float l : poisoned.lse) ASSERT_FALSE(std::isnan(l)) << describe(spec);
     for (float x : poisoned.out) ASSERT_FALSE(std::isnan(x)) << describe(spec);
@@ -107,11 +108,11 @@ TEST(Invariance, PermutedBlockTablesNeverChangeResults) {
   std::mt19937_64 rng(504);
   for (int iter = 0; iter < 40; ++iter) {
     const auto spec = random_small_spec(rng, 8000 + iter);
-    const auto sc = sim::make_scenario(spec);
-    sim::RunOptions o;
+    const auto sc = testing::make_scenario(spec);
+    testing::RunOptions o;
     o.combine = rng() % 2 ? Combine::a2a : Combine::ag_rs;
     o.limits.kv_chunk_blocks = int(rng() % 3);
-    const auto base = sim::run_dcp(sc, cpu1(), o);
+    const auto base = testing::run_dcp(sc, cpu1(), o);
     for (std::uint64_t p = 1; p <= 2; ++p) {
       const auto permuted = testing::permute_block_ids(sc, spec.seed * 31 + p);
       ASSERT_EQ(permuted.num_blocks, sc.num_blocks);
@@ -124,7 +125,7 @@ TEST(Invariance, PermutedBlockTablesNeverChangeResults) {
           }
         }
       }
-      ASSERT_TRUE(sim::agreement(base, sim::run_dcp(permuted, cpu1(), o)).bit_identical)
+      ASSERT_TRUE(testing::agreement(base, testing::run_dcp(permuted, cpu1(), o)).bit_identical)
           << describe(spec) << " " << describe(o) << " permutation " << p;
     }
   }
@@ -144,19 +145,19 @@ TEST(NegativeControl, SeeingFutureDraftsFailsByFar) {
     spec.full_mask_fraction = 0.0;
     spec.max_drafts = 3 + int(rng() % 5);
     spec.max_context = 16 + std::int64_t(rng() % 85);
-    const auto sc = sim::make_scenario(spec);
+    const auto sc = testing::make_scenario(spec);
     bool has_drafts = false;
     for (int b = 0; b < sc.batch.num_requests(); ++b) has_drafts |= sc.batch.q_len(b) >= 3;
     if (!has_drafts) continue;
     ++runs;
-    sim::RunOptions o;
+    testing::RunOptions o;
     o.combine = rng() % 2 ? Combine::a2a : Combine::ag_rs;
-    const auto want = sim::run_reference(sc);
-    const auto tol = sim::tolerance_for(spec);
-    const auto good = sim::compare(sc, sim::run_dcp(sc, cpu1(), o), want, tol);
+    const auto want = testing::run_reference(sc);
+    const auto tol = testing::tolerance_for(spec);
+    const auto good = testing::compare(sc, testing::run_dcp(sc, cpu1(), o), want, tol);
     ASSERT_TRUE(good.pass) << describe(spec) << "\n" << testing::describe(good);
     o.see_future = true;
-    const auto bad = sim::compare(sc, sim::run_dcp(sc, cpu1(), o), want, tol);
+    const auto bad = testing::compare(sc, testing::run_dcp(sc, cpu1(), o), want, tol);
     EXPECT_FALSE(bad.pass) << describe(spec);
     EXPECT_GT(bad.max_out_error, 0.05)
         << describe(spec) << " " << testing::describe_batch(sc.batch);
@@ -191,19 +192,19 @@ TEST(EmptyRows, ShortRequestsAndEmptyRanksMergeCorrectly) {
       for (Combine combine : {Combine::ag_rs, Combine::a2a}) {
         for (int chunk : {0, 1}) {
           for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
-            sim::ScenarioSpec spec;
+            testing::ScenarioSpec spec;
             spec.world = c.W;
             spec.heads = 2 * c.W;
             spec.block_size = 16;
             spec.kv_dtype = kv;
             spec.seed = seed++;
             const auto sc = testing::custom_scenario(spec, c.q, c.T, {}, pad);
-            sim::RunOptions o;
+            testing::RunOptions o;
             o.combine = combine;
             o.limits.kv_chunk_blocks = chunk;
-            const auto got = sim::run_dcp(sc, cpu1(), o);
-            const auto cmp =
-                sim::compare(sc, got, sim::run_reference(sc), sim::tolerance_for(sc.spec));
+            const auto got = testing::run_dcp(sc, cpu1(), o);
+            const auto cmp = testing::compare(sc, got, testing::run_reference(sc),
+                                              testing::tolerance_for(sc.spec));
             EXPECT_TRUE(cmp.pass) << describe(sc.spec) << " " << describe(o) << "\n"
                                   << testing::describe(cmp);
             EXPECT_TRUE(cmp.padding_exact);

@@ -1,4 +1,4 @@
-#include "dcpmla/sim/scenario.h"
+#include "dcpmla/testing/scenario.h"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 #include "dcpmla/numeric.h"
 #include "dcpmla/sharding.h"
 
-namespace dcpmla::sim {
+namespace dcpmla::testing {
 namespace {
 
 void validate_spec(const ScenarioSpec& s) {
@@ -28,10 +28,6 @@ void validate_spec(const ScenarioSpec& s) {
           std::to_string(s.extra_blocks));
   require(s.q_dtype == DType::f32 || s.q_dtype == DType::bf16, ErrorCode::dtype_mismatch, "q_dtype",
           "fp32 or bf16", to_string(s.q_dtype));
-}
-
-float round_to(DType t, float x) {
-  return t == DType::bf16 ? bf16_to_float(float_to_bf16(x)) : x;
 }
 
 // Builds the scenario of an explicit (Q, T, mask) list: block tables shared by all ranks (rank 0
@@ -86,6 +82,21 @@ Scenario build(const ScenarioSpec& spec, std::span<const int> q_lens,
 }
 
 }  // namespace
+
+float round_to(DType t, float x) {
+  return t == DType::bf16 ? bf16_to_float(float_to_bf16(x)) : x;
+}
+
+double stored_value(float x, DType t, float k_scale) {
+  switch (t) {
+    case DType::f32:
+      return x;
+    case DType::bf16:
+      return bf16_to_float(float_to_bf16(x));
+    default:
+      return double(fp8_e4m3_to_float(float_to_fp8_e4m3(x / k_scale))) * k_scale;
+  }
+}
 
 Scenario make_scenario(const ScenarioSpec& spec) {
   validate_spec(spec);
@@ -144,4 +155,4 @@ Scenario make_fixed_scenario(ScenarioSpec spec, std::span<const int> q_lens,
   return build(spec, q_lens, total_lens, masks, rng);
 }
 
-}  // namespace dcpmla::sim
+}  // namespace dcpmla::testing

@@ -1,4 +1,4 @@
-#include "dcpmla/reference.h"
+#include "dcpmla/testing/reference.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include "dcpmla/error.h"
 #include "dcpmla/types.h"
 
-namespace dcpmla {
+namespace dcpmla::testing {
 
 ReferenceResult reference_attention(const ReferenceProblem& pb) {
   const Batch& batch = pb.batch;
@@ -58,4 +58,4 @@ ReferenceResult reference_attention(const ReferenceProblem& pb) {
   return r;
 }
 
-}  // namespace dcpmla
+}  // namespace dcpmla::testing

@@ -1,14 +1,13 @@
-#include "dcpmla/sim/runner.h"
+#include "dcpmla/testing/runner.h"
 
 #include <cmath>
 #include <cstring>
-#include <exception>
-#include <thread>
 
 #include "dcpmla/error.h"
 #include "dcpmla/numeric.h"
+#include "dcpmla/testing/run_ranks.h"
 
-namespace dcpmla::sim {
+namespace dcpmla::testing {
 namespace {
 
 std::vector<std::uint8_t> encode(const float* x, std::size_t n, DType t, float scale = 1.0f) {
@@ -46,18 +45,6 @@ float decode_one(const std::uint8_t* p, DType t) {
     }
     default:
       return fp8_e4m3_to_float(*p);
-  }
-}
-
-// The value a cache of dtype t holds for x, as a reader sees it (k_scale applied).
-double stored_value(float x, DType t, float k_scale) {
-  switch (t) {
-    case DType::f32:
-      return x;
-    case DType::bf16:
-      return bf16_to_float(float_to_bf16(x));
-    default:
-      return double(fp8_e4m3_to_float(float_to_fp8_e4m3(x / k_scale))) * k_scale;
   }
 }
 
@@ -193,22 +180,10 @@ RunResult run_dcp(const Scenario& sc, const BackendFactory& make_backend,
 
   std::vector<std::unique_ptr<Backend>> backends;
   for (int r = 0; r < spec.world; ++r) backends.push_back(make_backend(r));
-  std::vector<std::exception_ptr> errors(std::size_t(spec.world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < spec.world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        const std::unique_ptr<Communicator> comm = make_communicator(r, *backends[r]);
-        run_rank(r, sc, run_batch, *backends[r], *comm, opt, result);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  run_ranks(spec.world, [&](int r) {
+    const std::unique_ptr<Communicator> comm = make_communicator(r, *backends[r]);
+    run_rank(r, sc, run_batch, *backends[r], *comm, opt, result);
+  });
   return result;
 }
 
@@ -318,4 +293,4 @@ Agreement agreement(const RunResult& a, const RunResult& b) {
   return r;
 }
 
-}  // namespace dcpmla::sim
+}  // namespace dcpmla::testing
