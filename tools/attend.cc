@@ -21,6 +21,7 @@
 
 #include <unistd.h>
 
+#include "cli.h"
 #include "commands.h"
 #include "dcpmla/backend.h"
 #include "dcpmla/comm.h"
@@ -476,6 +477,11 @@ Case load_case(const fs::path& dir) {
       }
     }
     c.rank_num_blocks.assign(std::size_t(W), std::max<std::int64_t>(blocks, 1));
+    // The tool allocates these W caches: refused here, naming the field, when they cannot fit.
+    const double cache_bytes = double(W) * double(std::max<std::int64_t>(blocks, 1)) * bs *
+                               kHeadDim * double(dtype_size(cc.kv_dtype));
+    check_run_size("rank caches", cache_bytes, 0.0, 1.0,
+                   {{"config.json: block_size", double(bs), 64}});
   } else {
     const auto bt_a = npy::read(dir / "block_table.npy");
     check_array(bt_a, "block_table.npy", {npy::Dtype::i4, npy::Dtype::i8}, {std::int64_t(B), -1},
@@ -594,25 +600,56 @@ AttendResult run_case(const Case& c, const AttendOptions& options) {
 
 // ------------------------------------------------------------------ write_result
 
+namespace {
+
+// A filesystem step of write_result, its failure as an Error naming the file.
+template <class Fn>
+void file_step(const fs::path& path, const char* expected, Fn&& fn) {
+  try {
+    fn();
+  } catch (const fs::filesystem_error& e) {
+    throw Error(ErrorCode::backend_failure, path.string(), expected, e.code().message());
+  }
+}
+
+}  // namespace
+
 void write_result(const AttendResult& result, const fs::path& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   require(fs::is_directory(dir, ec), ErrorCode::backend_failure, "--out", "a writable directory",
           dir.string());
+  const fs::path out_path = dir / "out.npy", lse_path = dir / "lse.npy";
+  // Both targets are absent or regular files, checked before anything is written.
+  for (const fs::path& path : {out_path, lse_path}) {
+    const auto status = fs::symlink_status(path, ec);
+    require(!fs::exists(status) || fs::is_regular_file(status), ErrorCode::backend_failure,
+            path.string(), "a regular file or nothing, to be replaced",
+            fs::is_directory(status) ? "a directory" : "another kind of file");
+  }
   const std::vector<std::int64_t> out_shape{result.rows, result.heads, kLatentDim};
   const std::vector<std::int64_t> lse_shape{result.rows, result.heads};
   const std::string tag = fmt::format(".tmp{}", ::getpid());
   const fs::path out_tmp = dir / ("out.npy" + tag), lse_tmp = dir / ("lse.npy" + tag);
+  const fs::path out_old = dir / ("out.npy" + tag + ".old");
+  const bool had_out = fs::exists(out_path, ec);
+  bool out_replaced = false;
   try {
     npy::write(out_tmp, npy::Dtype::f4, out_shape, result.out.data());
     npy::write(lse_tmp, npy::Dtype::f4, lse_shape, result.lse.data());
-    fs::rename(out_tmp, dir / "out.npy");
-    fs::rename(lse_tmp, dir / "lse.npy");
+    // The previous out.npy stays aside until lse.npy is in place, so a failure restores it.
+    if (had_out) file_step(out_path, "a replaceable file", [&] { fs::rename(out_path, out_old); });
+    file_step(out_path, "a writable file", [&] { fs::rename(out_tmp, out_path); });
+    out_replaced = true;
+    file_step(lse_path, "a writable file", [&] { fs::rename(lse_tmp, lse_path); });
   } catch (...) {
+    if (out_replaced) fs::remove(out_path, ec);
+    if (had_out) fs::rename(out_old, out_path, ec);
     fs::remove(out_tmp, ec);
     fs::remove(lse_tmp, ec);
     throw;
   }
+  if (had_out) fs::remove(out_old, ec);
 }
 
 // ------------------------------------------------------------------ the subcommand
@@ -667,11 +704,11 @@ Runner add_attend(CLI::App& app) {
   app.add_option("--out", o->out_dir, "write out.npy and lse.npy here instead of the case dir");
   app.add_option("--combine", o->combine, "DCP combine: ag_rs or a2a");
   app.add_option("--threads", o->threads, "CPU threads in total (0 = all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_int());
   app.add_option("--kv-chunk-blocks", o->kv_chunk_blocks,
                  "split each request's local KV into chunks of this many blocks (default: "
                  "chosen from the thread count; 0 = never split)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_int());
   app.add_flag("--quiet", o->quiet, "print nothing on success");
   return [o] { return run_attend(*o); };
 }

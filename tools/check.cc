@@ -12,6 +12,7 @@
 #include <functional>
 #include <thread>
 
+#include "cli.h"
 #include "commands.h"
 #include "dcpmla/cpu_backend.h"
 #include "dcpmla/merge.h"
@@ -311,7 +312,7 @@ std::vector<CheckRow> run_checks(const CheckOptions& options) {
 Runner add_check(CLI::App& app) {
   auto o = std::make_shared<CheckOptions>();
   app.add_option("--threads", o->threads, "CPU threads in total for the DCP runs (0 = up to 8)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_int());
   return [o] {
     const auto start = std::chrono::steady_clock::now();
     const auto rows = run_checks(*o);

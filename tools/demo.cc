@@ -4,9 +4,12 @@
 // against the same step simulated on one GPU.
 #include <fmt/format.h>
 
+#include <cmath>
+#include <limits>
 #include <string>
 #include <thread>
 
+#include "cli.h"
 #include "commands.h"
 #include "dcpmla/cpu_backend.h"
 #include "dcpmla/dcp.h"
@@ -27,12 +30,32 @@ struct DemoOptions {
   int threads = 0;
 };
 
+// Upper bounds of what a demo allocates (the global latents, W rank caches, the query and a few
+// outputs) and of the reference's work, checked before anything is allocated.
+void check_demo_size(const testing::ScenarioSpec& spec) {
+  const double W = spec.world, B = spec.requests, T = double(spec.max_context);
+  const double rows = B * (spec.max_drafts + 1.0) + spec.padding_rows, H = spec.heads;
+  const double blocks_per_rank = B * (std::ceil(T / W / spec.block_size) + 1) + spec.extra_blocks;
+  const double bytes = B * T * kHeadDim * 4.0 +
+                       W * blocks_per_rank * spec.block_size * kHeadDim * 4.0 +
+                       rows * H * (kHeadDim + 8.0 * kLatentDim) * 4.0;
+  const double work = rows * H * T * (kHeadDim + kLatentDim);
+  check_run_size("a demo", bytes, work, 2e12,
+                 {{"--max-context", T, 4096},
+                  {"--requests", B, 8},
+                  {"--heads", H, 16},
+                  {"--block-size", double(spec.block_size), 64},
+                  {"--max-drafts", spec.max_drafts + 1.0, 8},
+                  {"--dcp", W, 2}});
+}
+
 int run_demo(DemoOptions o) {
   auto& spec = o.spec;
   spec.kv_dtype = parse_dtype(o.dtype, "--dtype");
   // The query (and output) is fp32 next to an fp32 cache and bf16 otherwise.
   spec.q_dtype = spec.kv_dtype == DType::f32 ? DType::f32 : DType::bf16;
   const Combine combine = parse_combine(o.combine, "--combine");
+  check_demo_size(spec);
   const testing::Scenario sc = testing::make_scenario(spec);
 
   const int per_rank = std::max(
@@ -124,27 +147,29 @@ int run_demo(DemoOptions o) {
 
 Runner add_demo(CLI::App& app) {
   auto o = std::make_shared<DemoOptions>();
-  app.add_option("--dcp", o->spec.world, "DCP world size W (ranks)")->check(CLI::PositiveNumber);
+  app.add_option("--dcp", o->spec.world, "DCP world size W (ranks)")->check(integer_in(1, 1024));
   app.add_option("--interleave", o->spec.interleave, "KV interleave I (divides the block size)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_int());
   app.add_option("--heads", o->spec.heads, "query heads after the all-gather (multiple of W)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--requests", o->spec.requests, "requests in the batch")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_int());
+  app.add_option("--requests", o->spec.requests, "requests in the batch")->check(positive_int());
   app.add_option("--max-drafts", o->spec.max_drafts, "drafts per request are drawn from 0..K")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_int());
   app.add_option("--block-size", o->spec.block_size, "tokens per cache block")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--max-context", o->spec.max_context, "longest global length T");
+      ->check(positive_int());
+  app.add_option("--max-context", o->spec.max_context, "longest global length T")
+      ->check(positive_int());
   app.add_option("--dtype", o->dtype, "KV cache dtype: fp32, bf16 or fp8");
   app.add_option("--combine", o->combine, "DCP combine: ag_rs or a2a");
-  app.add_option("--seed", o->spec.seed, "random seed");
-  app.add_option("--threads", o->threads, "CPU threads in total (0 = all)");
+  app.add_option("--seed", o->spec.seed, "random seed")
+      ->check(integer_in(0, std::numeric_limits<std::int64_t>::max()));
+  app.add_option("--threads", o->threads, "CPU threads in total (0 = all)")
+      ->check(non_negative_int());
   app.add_option("--backend", o->backend, "cpu or cuda");
   app.add_option("--gpus", o->gpus,
                  "with --backend cuda: 0 (every rank simulated on GPU 0), or W to run rank r on "
                  "GPU r")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_int());
   app.add_option("--comm", o->comm,
                  "collectives of a run on W GPUs: nccl, or peer (direct NVLink stores between "
                  "the GPUs)");

@@ -4,8 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <map>
 
+#include "cli.h"
 #include "commands.h"
-#include "dcpmla/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"dcpmla: MLA decode under decode context parallelism and speculative decoding"};
@@ -20,17 +20,25 @@ int main(int argc, char** argv) {
   add("check", "run every SPEC test vector", dcpmla::tool::add_check);
   add("attend", "run a case directory of .npy files and write out.npy and lse.npy",
       dcpmla::tool::add_attend);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "{}\n", dcpmla::tool::describe_parse_error(e));
+    return dcpmla::tool::kUsageExitStatus;
+  }
   try {
     for (auto& [sub, run] : runners) {
       if (sub->parsed()) return run();
     }
-  } catch (const dcpmla::Error& e) {
-    fmt::print(stderr, "dcpmla: error: {}\n", e.what());
-    return 2;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "dcpmla: error: {}\n", e.what());
-    return 2;
+    fmt::print(stderr, "dcpmla: error: {}\n", dcpmla::tool::one_line(e.what()));
+    return dcpmla::tool::kUsageExitStatus;
   }
-  return 2;
+  return dcpmla::tool::kUsageExitStatus;
 }
