@@ -13,15 +13,6 @@ namespace dcpmla::cuda {
 
 using bf16_bits = std::uint16_t;  // a bf16 value as its raw bits
 
-// Programmatic dependent launch (launch_dependent in launch_config.h): blocks the thread until
-// the grids its launch depends on have completed and their memory is visible (a no-op for a
-// kernel launched without the attribute). asm volatile with a memory clobber: no load or store
-// is moved across it. Reads of data the previous kernel writes must not use the non-coherent
-// path (__ldg, const __restrict__ parameters) in a way the compiler could hoist above it.
-__device__ __forceinline__ void wait_for_previous_grid() {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-
 // The two bf16 values packed in a 32-bit word (element 0 in the low half), as floats.
 __device__ __forceinline__ float bf16_lo(std::uint32_t u) {
   return __uint_as_float(u << 16);

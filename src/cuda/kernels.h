@@ -8,8 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/device_plan.h"
 #include "dcpmla/backend.h"
-#include "device_plan.h"
 
 namespace dcpmla::cuda {
 

@@ -2,8 +2,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "cuda/device_common.cuh"
-#include "cuda/launch_config.h"
+#include "gpu/grid_dependency.cuh"
+#include "gpu/launch_config.h"
 #include "peer_exchange.h"
 
 namespace dcpmla::peer {
@@ -96,7 +96,7 @@ __device__ void sum_slice(const ExchangeParams& p, const std::uint8_t* staged, S
 __global__ void __launch_bounds__(kThreads) exchange_kernel(const ExchangeParams p) {
   const int lane = blockIdx.x, t = threadIdx.x, W = p.world, me = p.rank, lanes = p.lanes;
   const RankArea& mine = p.areas[me];
-  cuda::wait_for_previous_grid();
+  gpu::wait_for_previous_grid();
   const std::uint64_t call = mine.calls[lane] + 1;
   const std::size_t slot_bytes = std::size_t(W) * p.chunk_capacity;
   const std::size_t parity = std::size_t(call & 1) * slot_bytes;
@@ -171,8 +171,8 @@ RankArea area_at(void* base, int world, std::size_t chunk_capacity) {
 }
 
 void launch_exchange(const ExchangeParams& p, cudaStream_t s) {
-  cuda::launch_dependent(exchange_kernel, dim3(unsigned(p.lanes)), kThreads, 0, s,
-                         "peer exchange_kernel", p);
+  gpu::launch_dependent(exchange_kernel, dim3(unsigned(p.lanes)), kThreads, 0, s,
+                        "peer exchange_kernel", p);
 }
 
 bool fence_every_thread() {

@@ -13,9 +13,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "cuda/device_scope.h"
 #include "dcpmla/error.h"
 #include "dcpmla/peer_comm.h"
+#include "gpu/device_scope.h"
 #include "peer_shared.h"
 
 namespace dcpmla {
@@ -76,7 +76,7 @@ std::exception_ptr attempt(Fn fn, Failure& out) {
 // its own, then a host synchronisation. fp8_e4m3 is the one-byte type (NCCL moves it as uint8).
 std::vector<Record> all_gather_records(Communicator& bootstrap, int device, const Record& mine) {
   const std::size_t W = std::size_t(bootstrap.world());
-  cuda::DeviceScope on(device);
+  gpu::DeviceScope on(device);
   struct Scratch {
     void* bytes = nullptr;  // [W records received][this rank's record]
     cudaStream_t stream = nullptr;
@@ -191,7 +191,7 @@ std::unique_ptr<PeerCommunicator> PeerCommunicator::join(Communicator& bootstrap
   DCPMLA_CUDA_CHECK(cudaGetDeviceCount(&count));
   require(device >= 0 && device < count, ErrorCode::out_of_range, "device",
           fmt::format("a CUDA device index in [0, {})", count), std::to_string(device));
-  cuda::DeviceScope on(device);
+  gpu::DeviceScope on(device);
 
   // Released by its destructor if anything below throws.
   std::unique_ptr<PeerCommunicator> comm(

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <memory>
 
-#include "cuda/decode_kernel.cuh"
+#include "cuda/decode/fma/fma_kernel.cuh"
 #include "emulated_decode.h"
 
 namespace dcpmla::cuda {

@@ -533,7 +533,7 @@ inline void wgmma_m64n32k16_ss_ta(float (&d)[16], std::uint64_t a, std::uint64_t
 
 }  // namespace dcpmla::cuda::hopper
 
-namespace dcpmla::cuda::tc {
+namespace dcpmla::cuda::sm90 {
 
 inline std::uint32_t smem_addr(const void* p) {
   return dcpmla_emu::shared_address(p);
@@ -574,4 +574,4 @@ inline void named_barrier_arrive(int id, int threads) {
   dcpmla_emu::named_barrier(id, threads, false);
 }
 
-}  // namespace dcpmla::cuda::tc
+}  // namespace dcpmla::cuda::sm90

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "cuda/decode_ws_kernel.cuh"
+#include "cuda/decode/sm90/kernel.cuh"
 #include "emulated_decode.h"
 
 namespace dcpmla::cuda {
@@ -25,7 +25,7 @@ namespace {
 
 using namespace emulated;
 
-template <tc::Cache C, bool Bulk>
+template <sm90::Cache C, bool Bulk>
 void run_ws(const TileRun& run) {
   DecodeParams p = run.p;
   if (Bulk) {
@@ -36,18 +36,18 @@ void run_ws(const TileRun& run) {
                                               {64u, std::uint32_t(std::min(p.block_size, 64))},
                                               2u});
   }
-  dcpmla_emu::run_grid(int(run.lp.tiles.size()), ws::kThreads, ws::kSmemBytes,
-                       [&] { ws::decode_ws_kernel<C, Bulk>(p); });
+  dcpmla_emu::run_grid(int(run.lp.tiles.size()), sm90::kThreads, sm90::kSmemBytes,
+                       [&] { sm90::decode_ws_kernel<C, Bulk>(p); });
 }
 
 // The kernel decode_tc.cu launches for the scenario's cache.
 void run_v3(const sim::ScenarioSpec& spec, const TileRun& run) {
   if (spec.kv_dtype == DType::fp8_e4m3) {
-    run_ws<tc::Cache::fp8, false>(run);
+    run_ws<sm90::Cache::fp8, false>(run);
   } else if (bulk_copies_fit(spec.block_size)) {
-    run_ws<tc::Cache::bf16, true>(run);
+    run_ws<sm90::Cache::bf16, true>(run);
   } else {
-    run_ws<tc::Cache::bf16, false>(run);
+    run_ws<sm90::Cache::bf16, false>(run);
   }
 }
 
@@ -131,10 +131,10 @@ TEST(TensorCoreEmulation, Uint8BoxLandsUnswizzledWithZerosPastTheTensor) {
   dcpmla_emu::run_grid(1, 32, 4096, [&] {
     if (threadIdx.x != 0) return;
     unsigned char* smem = emulated_shared_memory();
-    const std::uint32_t bar = tc::smem_addr(smem + 2048);
+    const std::uint32_t bar = sm90::smem_addr(smem + 2048);
     hopper::mbarrier_init(bar, 1);
     hopper::mbarrier_arrive_expect_tx(bar, 8 * 64);
-    hopper::bulk_tensor_load_2d(tc::smem_addr(smem + 512), &map, 128, 96, bar);  // rows 96-103
+    hopper::bulk_tensor_load_2d(sm90::smem_addr(smem + 512), &map, 128, 96, bar);  // rows 96-103
     hopper::mbarrier_wait(bar, 0);
     std::memcpy(got.data(), smem + 512, got.size());
   });
@@ -157,7 +157,7 @@ enum class Writer { waited, after_barrier, unordered };
 void overwrite_operand_after_mma(Writer writer) {
   dcpmla_emu::run_grid(1, 128, 16384, [&] {
     unsigned char* smem = emulated_shared_memory();
-    const std::uint32_t a = tc::smem_addr(smem), b = tc::smem_addr(smem + 8192);
+    const std::uint32_t a = sm90::smem_addr(smem), b = sm90::smem_addr(smem + 8192);
     float d[8];
     hopper::wgmma_m64n16k16_ss(d, hopper::smem_descriptor(a, 16, 1024),
                                hopper::smem_descriptor(b, 16, 1024), false);
@@ -166,9 +166,9 @@ void overwrite_operand_after_mma(Writer writer) {
     if (!first || writer == Writer::waited) hopper::wgmma_wait<0>();
     if (writer == Writer::after_barrier) {
       if (first) {
-        tc::named_barrier_sync(1, 128);
+        sm90::named_barrier_sync(1, 128);
       } else {
-        tc::named_barrier_arrive(1, 128);
+        sm90::named_barrier_arrive(1, 128);
       }
     }
     if (!first) return;
@@ -180,7 +180,7 @@ void overwrite_operand_after_mma(Writer writer) {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    tc::st_shared4(a, 0u);
+    sm90::st_shared4(a, 0u);
   });
 }
 

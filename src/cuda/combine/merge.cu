@@ -4,11 +4,12 @@
 // of merge::merge_partials (fp32 either way): the merged L folds the peers' L in rank order, and
 // out[d] = sum over r in rank order of w_r * o_r[d], skipping zero weights, each term added as in
 // merge_partials (`sum += w * o`).
-#include "check.h"
+#include "cuda/device_common.cuh"
+#include "cuda/kernels.h"
 #include "dcpmla/merge.h"
-#include "device_common.cuh"
-#include "kernels.h"
-#include "launch_config.h"
+#include "gpu/check.h"
+#include "gpu/grid_dependency.cuh"
+#include "gpu/launch_config.h"
 
 namespace dcpmla::cuda {
 namespace {
@@ -76,7 +77,7 @@ __global__ void __launch_bounds__(kThreads)
   const int d = 2 * int(threadIdx.x);
   // Launched dependent on the all-to-all (launch_dependent): nothing is read or written before
   // the wait.
-  wait_for_previous_grid();
+  gpu::wait_for_previous_grid();
   for (std::int64_t first = std::int64_t(blockIdx.x) * kItems; first < items;
        first += std::int64_t(gridDim.x) * kItems) {
     const int n_items = int(std::min<std::int64_t>(kItems, items - first));
@@ -173,9 +174,9 @@ void launch(const CombineMergeArgs& a, int W, std::int64_t items, cudaStream_t s
   const int group = W <= 2 ? 2 : 4;
   const auto kernel = group == 2 ? combine_merge_kernel<Payload, kFast, 2>
                                  : combine_merge_kernel<Payload, kFast, 4>;
-  launch_dependent(kernel, dim3(grid(group)), kThreads, smem(group), s,
-                   "combine_merge_kernel (cudaLaunchKernelEx)", W, items, recv, own, a.own_rank,
-                   a.out.data, out_bf16, out_vec, a.lse.as<float>());
+  gpu::launch_dependent(kernel, dim3(grid(group)), kThreads, smem(group), s,
+                        "combine_merge_kernel (cudaLaunchKernelEx)", W, items, recv, own,
+                        a.own_rank, a.out.data, out_bf16, out_vec, a.lse.as<float>());
 }
 
 }  // namespace

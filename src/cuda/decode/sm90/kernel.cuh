@@ -37,12 +37,12 @@
 
 #include <cstdint>
 
-#include "decode_narrow_tile.cuh"
-#include "decode_ws_layout.cuh"
-#include "decode_ws_refill.cuh"
-#include "hopper/mbarrier.cuh"
-#include "hopper/tma.cuh"
-#include "kv_tile_loader.cuh"
+#include "cuda/decode/sm90/narrow_tile.cuh"
+#include "cuda/decode/sm90/refill.cuh"
+#include "cuda/decode/sm90/smem_layout.cuh"
+#include "cuda/decode/sm90/tile_loader.cuh"
+#include "cuda/hopper/mbarrier.cuh"
+#include "cuda/hopper/tma.cuh"
 
 // Tiles of at most this many pairs (0, 16 or 32) run the narrow form (decode_narrow_tile.cuh);
 // 0 turns it off (a build option for A/B measurements). 16 (2026-12-01, one H200, three runs
@@ -64,7 +64,7 @@
 #endif
 
 namespace dcpmla::cuda {
-namespace ws {
+namespace sm90 {
 
 // Bulk: bf16 tiles that lie inside the visible range come by bulk tensor copies (p.kv_map);
 // the others (and every fp8 tile) by the threads' copies.
@@ -294,5 +294,5 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-}  // namespace ws
+}  // namespace sm90
 }  // namespace dcpmla::cuda

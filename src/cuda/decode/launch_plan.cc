@@ -1,4 +1,4 @@
-#include "launch_plan.h"
+#include "cuda/decode/launch_plan.h"
 
 #include <fmt/format.h>
 

@@ -12,13 +12,11 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <utility>
 
-#include "check.h"
+#include "gpu/check.h"
 
-namespace dcpmla::cuda {
+namespace dcpmla::gpu {
 
 template <auto kernel, class Params>
 void launch_with_shared_memory(unsigned blocks, int threads, std::uint32_t smem_bytes,
@@ -36,30 +34,18 @@ void launch_with_shared_memory(unsigned blocks, int threads, std::uint32_t smem_
   check_launch(name);
 }
 
-// Whether launch_dependent uses PDL: yes unless the environment variable DCPMLA_NO_PDL is set to
-// something other than "" or "0" (read once per process; for A/B timing).
-inline bool pdl_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("DCPMLA_NO_PDL");
-    return v == nullptr || *v == '\0' || std::strcmp(v, "0") == 0;
-  }();
-  return enabled;
-}
-
 // Launches `kernel` on `grid` x `threads` with `smem_bytes` of dynamic shared memory (at most
 // 48 KiB) and
 // cudaLaunchAttributeProgrammaticStreamSerialization: the runtime may schedule its blocks before
 // the previous kernel on the stream has completed (without griddepcontrol.launch_dependents there,
 // as that kernel's blocks exit), so only its launch latency and start-up overlap the previous
 // kernel's tail. Contract for the kernel: every thread executes wait_for_previous_grid()
-// (device_common.cuh) before it reads anything the previous kernels on the stream write and before
-// it writes anything; before the wait it may read only data written by host uploads that precede
-// those kernels (the plan buffer) and its parameters. Since every thread waits, the kernel
+// (grid_dependency.cuh) before it reads anything the previous kernels on the stream write and
+// before it writes anything; before the wait it may read only data written by host uploads that
+// precede those kernels (the plan buffer) and its parameters. Since every thread waits, the kernel
 // completes only after its predecessors, so later stream work is ordered as without PDL. Under
 // stream capture the dependency is recorded as a programmatic graph edge (CUDA 12.3+). A launch the
-// runtime refuses, with or without the attribute, throws Error(backend_failure): there is no silent
-// fallback to another launch. With PDL disabled (pdl_enabled()) the same call launches with full
-// stream serialisation and the wait is a no-op.
+// runtime refuses throws Error(backend_failure): there is no silent fallback to another launch.
 template <class... Params, class... Args>
 void launch_dependent(void (*kernel)(Params...), dim3 grid, int threads, std::size_t smem_bytes,
                       cudaStream_t s, const char* name, Args&&... args) {
@@ -72,7 +58,7 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, int threads, std::si
   config.dynamicSmemBytes = smem_bytes;
   config.stream = s;
   config.attrs = attribute;
-  config.numAttrs = pdl_enabled() ? 1 : 0;
+  config.numAttrs = 1;
   const cudaError_t e = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();  // the error is reported here, not by the next check_launch
@@ -81,4 +67,4 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, int threads, std::si
   check_launch(name);
 }
 
-}  // namespace dcpmla::cuda
+}  // namespace dcpmla::gpu

@@ -21,12 +21,12 @@
 
 #include <cstdint>
 
-#include "decode_ws_layout.cuh"
-#include "decode_ws_refill.cuh"
-#include "hopper/mbarrier.cuh"
-#include "kv_tile_loader.cuh"
+#include "cuda/decode/sm90/refill.cuh"
+#include "cuda/decode/sm90/smem_layout.cuh"
+#include "cuda/decode/sm90/tile_loader.cuh"
+#include "cuda/hopper/mbarrier.cuh"
 
-namespace dcpmla::cuda::ws {
+namespace dcpmla::cuda::sm90 {
 
 template <int N>
 __device__ __forceinline__ void wgmma_scores_t(float (&d)[N / 2], std::uint64_t k, std::uint64_t q,
@@ -305,4 +305,4 @@ __device__ __forceinline__ void narrow_tile(const DecodeParams& p, const DecodeT
   }
 }
 
-}  // namespace dcpmla::cuda::ws
+}  // namespace dcpmla::cuda::sm90

@@ -5,12 +5,10 @@
 
 #include <cstdint>
 
-#include "decode_tc_common.cuh"
-#include "hopper/mbarrier.cuh"
+#include "cuda/decode/sm90/tile_common.cuh"
+#include "cuda/hopper/mbarrier.cuh"
 
-namespace dcpmla::cuda::ws {
-
-using namespace tc;
+namespace dcpmla::cuda::sm90 {
 
 constexpr int kThreads = 384;
 constexpr int kPReady = 1, kPFree = 2;  // named barriers
@@ -91,4 +89,4 @@ __device__ __forceinline__ void issue_scores_as_chunks_land(const BlockSmem& sm,
   hopper::wgmma_commit();
 }
 
-}  // namespace dcpmla::cuda::ws
+}  // namespace dcpmla::cuda::sm90

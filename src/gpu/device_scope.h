@@ -4,9 +4,9 @@
 
 #include <cuda_runtime_api.h>
 
-#include "check.h"
+#include "gpu/check.h"
 
-namespace dcpmla::cuda {
+namespace dcpmla::gpu {
 
 // Makes `device` current for the calling thread for the scope and restores the previous one.
 // Host-only calls, so it is allowed while a stream is being captured.
@@ -30,4 +30,4 @@ class DeviceScope {
   int previous_ = -1;
 };
 
-}  // namespace dcpmla::cuda
+}  // namespace dcpmla::gpu

@@ -1,9 +1,9 @@
 // a2a pack: partial O [N, H, 512] and LSE [N, H] -> send [W, N, H/W, row] grouped by the
 // destination rank of each head (head h goes to rank h / (H/W) as its local head h % (H/W)); row
 // is 513 floats (fp32 payload) or 514 bf16 slots (bf16 payload: O rounded, then the fp32 LSE).
-#include "check.h"
-#include "device_common.cuh"
-#include "kernels.h"
+#include "cuda/device_common.cuh"
+#include "cuda/kernels.h"
+#include "gpu/check.h"
 
 namespace dcpmla::cuda {
 namespace {
@@ -109,7 +109,7 @@ void combine_pack(const CombinePackArgs& a, cudaStream_t s) {
   } else {
     launch<float, false>(a, N, H, s);
   }
-  check_launch("combine_pack_kernel<<<>>>");
+  gpu::check_launch("combine_pack_kernel<<<>>>");
 }
 
 }  // namespace dcpmla::cuda

@@ -1,10 +1,10 @@
 // ag_rs local step: from the gathered LSE [W, N, H] the merged L of every (row, head); this
 // rank's O scaled by merge::weight(L_rank, L) into send [W, N, H/W, 512] grouped by destination
 // rank (zeros, never 0 * payload, where the weight is 0), and L of this rank's own heads.
-#include "check.h"
+#include "cuda/device_common.cuh"
+#include "cuda/kernels.h"
 #include "dcpmla/merge.h"
-#include "device_common.cuh"
-#include "kernels.h"
+#include "gpu/check.h"
 
 namespace dcpmla::cuda {
 namespace {
@@ -119,7 +119,7 @@ void combine_rescale(const CombineRescaleArgs& a, cudaStream_t s) {
   } else {
     combine_rescale_kernel<false><<<grid, kThreads, smem, s>>>(p);
   }
-  check_launch("combine_rescale_kernel<<<>>>");
+  gpu::check_launch("combine_rescale_kernel<<<>>>");
 }
 
 }  // namespace dcpmla::cuda

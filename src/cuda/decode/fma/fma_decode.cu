@@ -1,7 +1,7 @@
 // Launch of the decode kernel (decode_kernel.cuh): one instantiation per (q dtype, cache dtype).
-#include "check.h"
-#include "decode_kernel.cuh"
-#include "launch_config.h"
+#include "cuda/decode/fma/fma_kernel.cuh"
+#include "gpu/check.h"
+#include "gpu/launch_config.h"
 
 namespace dcpmla::cuda {
 namespace {
@@ -9,8 +9,8 @@ namespace {
 template <class QS, CacheKind C>
 void launch_decode_kernel(const DecodeParams& p, std::int64_t num_tiles, cudaStream_t s) {
   using L = Layout<QS, KStore<C>>;
-  launch_with_shared_memory<decode_kernel<QS, C>>(unsigned(num_tiles), kThreads, L::kBytes, p, s,
-                                                  "decode_kernel<<<>>>");
+  gpu::launch_with_shared_memory<decode_kernel<QS, C>>(unsigned(num_tiles), kThreads, L::kBytes, p,
+                                                       s, "decode_kernel<<<>>>");
 }
 
 template <class QS>

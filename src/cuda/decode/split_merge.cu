@@ -21,12 +21,13 @@
 // start as the decode's blocks exit, read the plan, and wait for the decode's partials.
 #include <algorithm>
 
-#include "check.h"
+#include "cuda/device_common.cuh"
+#include "cuda/kernels.h"
+#include "cuda/output_rows.cuh"
 #include "dcpmla/merge.h"
-#include "device_common.cuh"
-#include "kernels.h"
-#include "launch_config.h"
-#include "output_rows.cuh"
+#include "gpu/check.h"
+#include "gpu/grid_dependency.cuh"
+#include "gpu/launch_config.h"
 
 namespace dcpmla::cuda {
 namespace {
@@ -69,7 +70,7 @@ __global__ void __launch_bounds__(Groups* kDimThreads / Parts)
   const std::int64_t units = p.header->num_merge_rows * p.num_heads * Parts;
   MergeRow first_row{};
   if (std::int64_t(blockIdx.x) < units) first_row = p.rows[blockIdx.x / Parts / p.num_heads];
-  wait_for_previous_grid();
+  gpu::wait_for_previous_grid();
   for (std::int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
     const std::int64_t item = unit / Parts;
     const int part = int(unit % Parts);
@@ -154,7 +155,7 @@ __global__ void __launch_bounds__(32 * kWarpItemsPerBlock)
   std::int64_t item = std::int64_t(blockIdx.x) * kWarpItemsPerBlock + int(threadIdx.x) / 32;
   MergeRow m{};
   if (item < items) m = p.rows[item / p.num_heads];
-  wait_for_previous_grid();
+  gpu::wait_for_previous_grid();
   for (; item < items; item += warps) {
     if (item >= warps) m = p.rows[item / p.num_heads];
     const int h = int(item % p.num_heads);
@@ -224,9 +225,9 @@ void launch_merge(const SplitMergeParams& p, std::int64_t items, cudaStream_t s)
   constexpr int kThreads = Groups * kDimThreads / Parts;
   // The blocks stride over the items, so a full device of them is enough; under a CUDA graph
   // the launch covers the capacity, and a block per item would make most of them empty.
-  launch_dependent(split_merge_kernel<Groups, Parts>,
-                   dim3(std::min(grid_blocks(items * Parts, 1), kMaxMergeThreads / kThreads)),
-                   kThreads, 0, s, "split_merge_kernel (cudaLaunchKernelEx)", p);
+  gpu::launch_dependent(split_merge_kernel<Groups, Parts>,
+                        dim3(std::min(grid_blocks(items * Parts, 1), kMaxMergeThreads / kThreads)),
+                        kThreads, 0, s, "split_merge_kernel (cudaLaunchKernelEx)", p);
 }
 
 }  // namespace
@@ -237,10 +238,10 @@ void launch_split_merge(const SplitMergeParams& p, std::int64_t capacity, int ma
   if (items == 0) return;
   if (max_splits < kWarpSplits) {
     const unsigned blocks = unsigned((items + kWarpItemsPerBlock - 1) / kWarpItemsPerBlock);
-    launch_dependent(split_merge_warp_kernel,
-                     dim3(std::min(blocks, kMaxMergeThreads / (32u * kWarpItemsPerBlock))),
-                     32 * kWarpItemsPerBlock, 0, s, "split_merge_warp_kernel (cudaLaunchKernelEx)",
-                     p);
+    gpu::launch_dependent(split_merge_warp_kernel,
+                          dim3(std::min(blocks, kMaxMergeThreads / (32u * kWarpItemsPerBlock))),
+                          32 * kWarpItemsPerBlock, 0, s,
+                          "split_merge_warp_kernel (cudaLaunchKernelEx)", p);
   } else {
     launch_merge<8, 4>(p, items, s);
   }

@@ -2,10 +2,10 @@
 // cache for its bulk tensor copies (bf16 caches whose block size is 16, 32 or a multiple of 64).
 #include <cudaTypedefs.h>
 
-#include "check.h"
-#include "decode_ws_kernel.cuh"
-#include "launch_config.h"
-#include "launch_plan.h"
+#include "cuda/decode/launch_plan.h"
+#include "cuda/decode/sm90/kernel.cuh"
+#include "gpu/check.h"
+#include "gpu/launch_config.h"
 
 namespace dcpmla::cuda {
 namespace {
@@ -34,7 +34,7 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 void encode_kv_map(DecodeParams& p, bool kv_shared) {
   const cuuint64_t dims[2] = {cuuint64_t(kHeadDim), cuuint64_t(p.num_blocks * p.block_size)};
   const cuuint64_t strides[1] = {cuuint64_t(kHeadDim) * 2};
-  const cuuint32_t box[2] = {64, cuuint32_t(std::min(p.block_size, tc::kBoxRows))};
+  const cuuint32_t box[2] = {64, cuuint32_t(std::min(p.block_size, sm90::kBoxRows))};
   const cuuint32_t elem[2] = {1, 1};
   const CUresult r = tensor_map_encoder()(
       &p.kv_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p.cache), dims, strides,
@@ -58,14 +58,14 @@ void launch_decode_tc(const DecodeParams& params, DType cache_dtype, std::int64_
   const unsigned blocks = unsigned(num_tiles);
   if (cache_dtype == DType::bf16 && bulk_copies_fit(p.block_size)) {
     encode_kv_map(p, kv_shared);
-    launch_with_shared_memory<ws::decode_ws_kernel<tc::Cache::bf16, true>>(
-        blocks, ws::kThreads, ws::kSmemBytes, p, s, "decode_ws_kernel<<<>>>");
+    gpu::launch_with_shared_memory<sm90::decode_ws_kernel<sm90::Cache::bf16, true>>(
+        blocks, sm90::kThreads, sm90::kSmemBytes, p, s, "decode_ws_kernel<<<>>>");
   } else if (cache_dtype == DType::bf16) {
-    launch_with_shared_memory<ws::decode_ws_kernel<tc::Cache::bf16, false>>(
-        blocks, ws::kThreads, ws::kSmemBytes, p, s, "decode_ws_kernel<<<>>>");
+    gpu::launch_with_shared_memory<sm90::decode_ws_kernel<sm90::Cache::bf16, false>>(
+        blocks, sm90::kThreads, sm90::kSmemBytes, p, s, "decode_ws_kernel<<<>>>");
   } else {
-    launch_with_shared_memory<ws::decode_ws_kernel<tc::Cache::fp8, false>>(
-        blocks, ws::kThreads, ws::kSmemBytes, p, s, "decode_ws_kernel<<<>>>");
+    gpu::launch_with_shared_memory<sm90::decode_ws_kernel<sm90::Cache::fp8, false>>(
+        blocks, sm90::kThreads, sm90::kSmemBytes, p, s, "decode_ws_kernel<<<>>>");
   }
 }
 

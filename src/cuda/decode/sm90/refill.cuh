@@ -6,10 +6,10 @@
 
 #include <cstdint>
 
-#include "decode_ws_layout.cuh"
-#include "kv_tile_loader.cuh"
+#include "cuda/decode/sm90/smem_layout.cuh"
+#include "cuda/decode/sm90/tile_loader.cuh"
 
-namespace dcpmla::cuda::ws {
+namespace dcpmla::cuda::sm90 {
 
 template <Cache C, bool Bulk, bool WidenEarly>
 struct OutputRefill {
@@ -73,4 +73,4 @@ struct OutputRefill {
   }
 };
 
-}  // namespace dcpmla::cuda::ws
+}  // namespace dcpmla::cuda::sm90

@@ -25,10 +25,10 @@
 #include <cstring>
 #include <type_traits>
 
+#include "cuda/device_common.cuh"
+#include "cuda/kernels.h"
+#include "cuda/output_rows.cuh"
 #include "dcpmla/merge.h"
-#include "device_common.cuh"
-#include "kernels.h"
-#include "output_rows.cuh"
 
 // DCPMLA_EMULATE: the kernel is compiled as plain C++ by a host emulation test
 // (tests/cuda/decode_emulation_test.cc), which supplies threads, barriers and shuffles.

@@ -1,7 +1,7 @@
 // Element-wise f32 -> f32 (a device copy) or bf16 (round to nearest even, as float_to_bf16).
-#include "check.h"
-#include "device_common.cuh"
-#include "kernels.h"
+#include "cuda/device_common.cuh"
+#include "cuda/kernels.h"
+#include "gpu/check.h"
 
 namespace dcpmla::cuda {
 namespace {
@@ -55,11 +55,11 @@ void convert(const ConvertArgs& a, cudaStream_t s) {
   if (aligned) {
     to_bf16_vec_kernel<<<grid_blocks(n / 4, kBlockGroups), kThreads, 0, s>>>(
         a.src.as<const float>(), a.dst.as<bf16_bits>(), n);
-    check_launch("to_bf16_vec_kernel<<<>>>");
+    gpu::check_launch("to_bf16_vec_kernel<<<>>>");
   } else {
     to_bf16_kernel<<<grid_blocks(n, kThreads), kThreads, 0, s>>>(a.src.as<const float>(),
                                                                  a.dst.as<bf16_bits>(), n);
-    check_launch("to_bf16_kernel<<<>>>");
+    gpu::check_launch("to_bf16_kernel<<<>>>");
   }
 }
 

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "check.h"
-#include "kernels.h"
+#include "cuda/kernels.h"
+#include "gpu/check.h"
 
 namespace dcpmla::cuda {
 namespace {

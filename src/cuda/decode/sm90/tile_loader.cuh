@@ -15,11 +15,11 @@
 
 #include <cstdint>
 
-#include "decode_tc_common.cuh"
-#include "hopper/mbarrier.cuh"
-#include "hopper/tma.cuh"
+#include "cuda/decode/sm90/tile_common.cuh"
+#include "cuda/hopper/mbarrier.cuh"
+#include "cuda/hopper/tma.cuh"
 
-namespace dcpmla::cuda::tc {
+namespace dcpmla::cuda::sm90 {
 
 // Sources of the 16-byte units of tokens not read from the cache: zeros past the tile's visible
 // end, NaN for block ids outside the cache (as if the page were poisoned).
@@ -252,4 +252,4 @@ struct OutputLoader {
   }
 };
 
-}  // namespace dcpmla::cuda::tc
+}  // namespace dcpmla::cuda::sm90

@@ -3,9 +3,9 @@
 // and slot >= capacity are skipped. fp8 stores e4m3(x / k_scale), a correctly rounded division as
 // in the CPU backend (x * (1 / k_scale) rounds differently for some x, and the e4m3 value can then
 // differ).
-#include "check.h"
-#include "device_common.cuh"
-#include "kernels.h"
+#include "cuda/device_common.cuh"
+#include "cuda/kernels.h"
+#include "gpu/check.h"
 
 namespace dcpmla::cuda {
 namespace {
@@ -63,7 +63,7 @@ void write_kv(const KvWriteArgs& a, cudaStream_t s) {
                         a.cache.num_blocks * a.cache.block_size,
                         a.cache.dtype == DType::fp8_e4m3 ? a.cache.k_scale : 1.0f};
   kv_write_kernel<<<grid_blocks(n * kHeadDim, kThreads), kThreads, 0, s>>>(p);
-  check_launch("kv_write_kernel<<<>>>");
+  gpu::check_launch("kv_write_kernel<<<>>>");
 }
 
 }  // namespace dcpmla::cuda

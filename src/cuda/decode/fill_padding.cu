@@ -2,11 +2,12 @@
 // plain layout or in the a2a send rows (OutputRows).
 #include <algorithm>
 
-#include "check.h"
-#include "device_common.cuh"
-#include "kernels.h"
-#include "launch_config.h"
-#include "output_rows.cuh"
+#include "cuda/device_common.cuh"
+#include "cuda/kernels.h"
+#include "cuda/output_rows.cuh"
+#include "gpu/check.h"
+#include "gpu/grid_dependency.cuh"
+#include "gpu/launch_config.h"
 
 namespace dcpmla::cuda {
 namespace {
@@ -20,7 +21,7 @@ __global__ void fill_padding_kernel(const OutputRows o, const PlanHeader* header
   const std::int64_t count = (header->padding_end - header->padding_begin) * num_heads;
   // Launched dependent on the previous kernel (launch_dependent): the header (uploaded before
   // the decode) is read before the wait, every store after it.
-  wait_for_previous_grid();
+  gpu::wait_for_previous_grid();
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
   const std::int64_t begin = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (o.group_heads == 0) {
@@ -51,8 +52,8 @@ void launch_fill_padding(const OutputRows& final_rows, const PlanHeader* header,
   // under a CUDA graph (launched for the row capacity) no longer runs tens of thousands of
   // mostly empty blocks every replay.
   const unsigned blocks = std::min(grid_blocks(count * kLatentDim, kThreads), kMaxBlocks);
-  launch_dependent(fill_padding_kernel, dim3(blocks), kThreads, 0, s,
-                   "fill_padding_kernel (cudaLaunchKernelEx)", final_rows, header, num_heads);
+  gpu::launch_dependent(fill_padding_kernel, dim3(blocks), kThreads, 0, s,
+                        "fill_padding_kernel (cudaLaunchKernelEx)", final_rows, header, num_heads);
 }
 
 }  // namespace dcpmla::cuda

@@ -7,13 +7,13 @@
 
 #include <cstdint>
 
-#include "device_common.cuh"
-#include "hopper/wgmma.cuh"
-#include "kernels.h"
-#include "output_rows.cuh"
+#include "cuda/device_common.cuh"
+#include "cuda/hopper/wgmma.cuh"
+#include "cuda/kernels.h"
+#include "cuda/output_rows.cuh"
 
 namespace dcpmla::cuda {
-namespace tc {
+namespace sm90 {
 
 constexpr int kPairs = 64;  // == kTilePairs
 constexpr int kKeys = 64;   // tokens per KV tile, == kTileKeys
@@ -206,5 +206,5 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
 }
 #endif  // !DCPMLA_EMULATE
 
-}  // namespace tc
+}  // namespace sm90
 }  // namespace dcpmla::cuda

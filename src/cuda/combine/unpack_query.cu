@@ -1,9 +1,10 @@
 // The gathered query [W, N, Hl, 576] -> the decode layout [N, W * Hl, 576]: chunk (w, n) of
 // Hl * 576 elements moves to chunk (n, w).
-#include "check.h"
-#include "device_common.cuh"
-#include "kernels.h"
-#include "launch_config.h"
+#include "cuda/device_common.cuh"
+#include "cuda/kernels.h"
+#include "gpu/check.h"
+#include "gpu/grid_dependency.cuh"
+#include "gpu/launch_config.h"
 
 namespace dcpmla::cuda {
 namespace {
@@ -21,7 +22,7 @@ __global__ void __launch_bounds__(kThreads)
                         std::int64_t chunk_units) {
   // Launched dependent on the query's all-gather (launch_dependent): nothing is read or written
   // before the wait.
-  wait_for_previous_grid();
+  gpu::wait_for_previous_grid();
   const std::int64_t chunks = W * N;
   for (std::int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
     const std::int64_t n = c / W, w = c - n * W;
@@ -40,7 +41,7 @@ void launch(const UnpackQueryArgs& a, std::int64_t chunk_bytes, cudaStream_t s) 
   const std::int64_t units = chunk_bytes / std::int64_t(sizeof(Unit));
   const dim3 grid(unsigned(std::min<std::int64_t>(W * N, 1 << 30)),
                   unsigned(std::min<std::int64_t>((units + kPart - 1) / kPart, 65535)));
-  launch_dependent(
+  gpu::launch_dependent(
       unpack_query_kernel<Unit>, grid, kThreads, 0, s, "unpack_query_kernel (cudaLaunchKernelEx)",
       static_cast<const Unit*>(a.gathered.data), static_cast<Unit*>(a.q.data), W, N, units);
 }

@@ -5,7 +5,7 @@
 
 #include "dcpmla/error.h"
 
-namespace dcpmla::cuda {
+namespace dcpmla::gpu {
 
 inline void check(cudaError_t e, const char* call) {
   if (e != cudaSuccess) {
@@ -18,6 +18,6 @@ inline void check_launch(const char* kernel) {
   check(cudaGetLastError(), kernel);
 }
 
-}  // namespace dcpmla::cuda
+}  // namespace dcpmla::gpu
 
-#define DCPMLA_CUDA_CHECK(call) ::dcpmla::cuda::check((call), #call)
+#define DCPMLA_CUDA_CHECK(call) ::dcpmla::gpu::check((call), #call)

@@ -1,7 +1,7 @@
 // dst[i] += src[i] over f32 buffers (the in-process reduce-scatter's sum on the device).
-#include "check.h"
-#include "device_common.cuh"
-#include "kernels.h"
+#include "cuda/device_common.cuh"
+#include "cuda/kernels.h"
+#include "gpu/check.h"
 
 namespace dcpmla::cuda {
 namespace {
@@ -21,7 +21,7 @@ void accumulate(float* dst, const float* src, std::size_t count, cudaStream_t s)
   if (count == 0) return;
   const auto n = std::int64_t(count);
   accumulate_kernel<<<grid_blocks(n, kThreads), kThreads, 0, s>>>(dst, src, n);
-  check_launch("accumulate_kernel<<<>>>");
+  gpu::check_launch("accumulate_kernel<<<>>>");
 }
 
 cudaError_t probe_kernels() {
