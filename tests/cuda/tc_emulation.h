@@ -531,6 +531,11 @@ inline void wgmma_m64n32k16_ss_ta(float (&d)[16], std::uint64_t a, std::uint64_t
   dcpmla_emu::wgmma<32>(d, a, b, acc, true, false);
 }
 
+inline void cp_async16_line(std::uint32_t dst, const void* src) {
+  dcpmla_emu::check_operand_write(dst, 16);
+  std::memcpy(dcpmla_emu::shared_at(dst, 16), src, 16);
+}
+
 }  // namespace dcpmla::cuda::hopper
 
 namespace dcpmla::cuda::sm90 {
@@ -538,11 +543,6 @@ namespace dcpmla::cuda::sm90 {
 inline std::uint32_t smem_addr(const void* p) {
   return dcpmla_emu::shared_address(p);
 }
-inline void cp_async16(std::uint32_t dst, const void* src) {
-  dcpmla_emu::check_operand_write(dst, 16);
-  std::memcpy(dcpmla_emu::shared_at(dst, 16), src, 16);
-}
-inline void cp_async_wait_all() {}
 inline void st_shared16(std::uint32_t dst, uint4 v) {
   dcpmla_emu::check_operand_write(dst, 16);
   std::memcpy(dcpmla_emu::shared_at(dst, 16), &v, 16);
@@ -559,9 +559,6 @@ inline void st_shared2(std::uint32_t dst, std::uint16_t v) {
 inline void st_shared4(std::uint32_t dst, std::uint32_t v) {
   dcpmla_emu::check_operand_write(dst, 4);
   std::memcpy(dcpmla_emu::shared_at(dst, 4), &v, 4);
-}
-inline std::uint32_t pack_bf16x2(float lo, float hi) {
-  return std::uint32_t(dcpmla::float_to_bf16(lo)) | std::uint32_t(dcpmla::float_to_bf16(hi)) << 16;
 }
 inline float fast_exp2(float x) {
   const float r = std::exp2(x);

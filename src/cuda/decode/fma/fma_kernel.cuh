@@ -1,4 +1,5 @@
-// The decode kernel, v1 (correct first; plain fp32 FMA, no tensor cores).
+// The FMA decode: plain fp32 FMA, no tensor cores; the decode of an f32 query or an f32 cache
+// (kernel_selection.h picks it).
 //
 // One thread block (256 threads, 8 warps) per DecodeTile: up to 64 (row, head) pairs of one work
 // item, pair = j * H + h, so one tile spans several query rows when H is small. The block walks
@@ -25,7 +26,9 @@
 #include <cstring>
 #include <type_traits>
 
+#include "cuda/decode/decode_tile.cuh"
 #include "cuda/device_common.cuh"
+#include "cuda/hopper/cp_async.cuh"
 #include "cuda/kernels.h"
 #include "cuda/output_rows.cuh"
 #include "dcpmla/merge.h"
@@ -74,29 +77,13 @@ struct Layout {
   static_assert(kQStride * sizeof(QS) % 16 == 0 && kKStride * sizeof(KS) % 16 == 0);
 };
 
-// Gathered-entry markers (entries are cache rows block * block_size + offset otherwise).
-constexpr std::int64_t kEntryNone = -1;     // past the tile's visible end: zeros, never read
-constexpr std::int64_t kEntryInvalid = -2;  // block id outside the cache: NaN, never read
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+// 16 bytes into shared memory at `smem`, asynchronously (the emulation copies at once).
+__device__ __forceinline__ void copy16_to_shared(void* smem, const void* gmem) {
 #if defined(DCPMLA_EMULATE)
   std::memcpy(smem, gmem, 16);
 #else
-  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+  hopper::cp_async16(static_cast<unsigned>(__cvta_generic_to_shared(smem)), gmem);
 #endif
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-#if !defined(DCPMLA_EMULATE)
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
-#endif
-}
-
-// Two e4m3 bytes (element 0 in the low byte) -> two bf16 (exact) in one word.
-__device__ __forceinline__ std::uint32_t fp8x2_to_bf16x2(std::uint32_t two) {
-  const std::uint32_t lo = float_bits(fp8_e4m3_to_float(std::uint8_t(two & 0xffu))) >> 16;
-  const std::uint32_t hi = float_bits(fp8_e4m3_to_float(std::uint8_t((two >> 8) & 0xffu))) >> 16;
-  return lo | (hi << 16);
 }
 
 // KV tile -> shared memory: token t of the tile from cache row entries[t].
@@ -114,13 +101,13 @@ __device__ __forceinline__ void load_kv_tile(const void* cache, const std::int64
       unsigned char* dst = reinterpret_cast<unsigned char*>(ks + t * KStride) + c * 16;
       const std::int64_t e = entries[t];
       if (e >= 0) {
-        cp_async16(dst, src + (e * kUnits + c) * 16);
+        copy16_to_shared(dst, src + (e * kUnits + c) * 16);
       } else {
         const std::uint32_t w = e == kEntryNone ? 0u : kNan;
         *reinterpret_cast<uint4*>(dst) = make_uint4(w, w, w, w);
       }
     }
-    cp_async_wait_all();
+    hopper::cp_async_wait_all();
   } else {
     // 16 e4m3 values per 16-byte load, widened to 16 bf16 (32 bytes) in shared memory.
     constexpr int kUnits = kHeadDim / 16;
@@ -149,10 +136,10 @@ __device__ __forceinline__ void load_kv_tile(const void* cache, const std::int64
         if (u < kTotal) {
           const int t = u / kUnits, c = u - t * kUnits;
           uint4* dst = reinterpret_cast<uint4*>(ks + t * KStride + c * 16);
-          dst[0] = make_uint4(fp8x2_to_bf16x2(raw[b].x), fp8x2_to_bf16x2(raw[b].x >> 16),
-                              fp8x2_to_bf16x2(raw[b].y), fp8x2_to_bf16x2(raw[b].y >> 16));
-          dst[1] = make_uint4(fp8x2_to_bf16x2(raw[b].z), fp8x2_to_bf16x2(raw[b].z >> 16),
-                              fp8x2_to_bf16x2(raw[b].w), fp8x2_to_bf16x2(raw[b].w >> 16));
+          dst[0] = make_uint4(widen_fp8x2_exact(raw[b].x), widen_fp8x2_exact(raw[b].x >> 16),
+                              widen_fp8x2_exact(raw[b].y), widen_fp8x2_exact(raw[b].y >> 16));
+          dst[1] = make_uint4(widen_fp8x2_exact(raw[b].z), widen_fp8x2_exact(raw[b].z >> 16),
+                              widen_fp8x2_exact(raw[b].w), widen_fp8x2_exact(raw[b].w >> 16));
         }
       }
     }
@@ -227,16 +214,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
 
   for (int t0 = tile.kv_begin; t0 < tile.kv_visible_end; t0 += KT) {
     // Cache rows of the tile's tokens (es is not read while other warps still compute).
-    if (tid < KT) {
-      const int t = t0 + tid;
-      std::int64_t e = kEntryNone;
-      if (t < tile.kv_visible_end) {
-        const std::int64_t id =
-            p.block_table[std::int64_t(tile.request) * p.max_blocks + t / p.block_size];
-        e = (id >= 0 && id < p.num_blocks) ? id * p.block_size + t % p.block_size : kEntryInvalid;
-      }
-      es[tid] = e;
-    }
+    if (tid < KT) es[tid] = cache_entry(p, tile.request, t0 + tid, tile.kv_visible_end);
     __syncthreads();  // entries visible; every warp is done with the previous K tile
     load_kv_tile<C, KT, L::kKStride>(p.cache, es, ks, tid);
     __syncthreads();  // K tile (and, on the first pass, Q) visible
@@ -372,7 +350,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
         }
       }
       if (lane == 0) {
-        *(partial ? p.partial_lse + idx : output_lse(p.final_rows, idx, row_at)) = lw[pp];
+        *pair_lse_at(p, partial, idx, row_at) = lw[pp];
       }
     }
   }

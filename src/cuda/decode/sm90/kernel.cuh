@@ -1,5 +1,5 @@
-// The decode kernel, v3: warp-specialised tensor-core decode for a bf16 query and a bf16 or fp8
-// cache.
+// The sm90 decode: a warp-specialised tensor-core decode for a bf16 query and a bf16 or fp8
+// cache (design and measurements: docs/design/decode-kernel.md).
 //
 // One thread block of three warpgroups per DecodeTile (64 (row, head) pairs of one work item),
 // walking the item's KV in 64-token tiles through a 2-stage ring:
@@ -23,45 +23,29 @@
 //   kPvFirstDone  1 -> 2            full fp8 tiles, warpgroups 1 and 2 only: warpgroup 1's P.V
 //                                   of tile i is done (warpgroup 2 then issues its own)
 // The loads of a stage are tracked by two mbarriers, one per output warpgroup (count 1), which
-// the scores warpgroup waits on directly, chunk set by chunk set (kv_tile_loader.cuh: bulk tensor
+// the scores warpgroup waits on directly, chunk set by chunk set (tile_loader.cuh: bulk tensor
 // copies for bf16 tiles inside the visible range, the threads' copies otherwise).
 //
-// Tiles of at most DCPMLA_NARROW_PAIRS pairs (16) run the same warpgroups transposed
-// (decode_narrow_tile.cuh): the MMAs then cost what the tile's pairs need, not 64 rows.
+// Tiles of at most kNarrowPairs pairs (config.h) run the same warpgroups transposed
+// (narrow_tile.cuh): the MMAs then cost what the tile's pairs need, not 64 rows.
 //
 // Shared memory (128-byte swizzled, hopper/wgmma.cuh): Q 72 KiB, KV 2 x 72 KiB, P 8 KiB, 64
-// rescale factors, the final m and l of each row, and the four mbarriers. As in v2, each pair's
-// result depends only on its own query, bound and the KV tiles, so the flattened and native forms
-// give the same bits.
+// rescale factors, the final m and l of each row, and the four mbarriers (smem_layout.cuh). Each
+// pair's result depends only on its own query, bound and the KV tiles, so the flattened and native
+// forms give the same bits.
 #pragma once
 
 #include <cstdint>
 
+#include "cuda/decode/sm90/config.h"
+#include "cuda/decode/sm90/epilogue.cuh"
 #include "cuda/decode/sm90/narrow_tile.cuh"
 #include "cuda/decode/sm90/refill.cuh"
 #include "cuda/decode/sm90/smem_layout.cuh"
+#include "cuda/decode/sm90/softmax.cuh"
 #include "cuda/decode/sm90/tile_loader.cuh"
 #include "cuda/hopper/mbarrier.cuh"
 #include "cuda/hopper/tma.cuh"
-
-// Tiles of at most this many pairs (0, 16 or 32) run the narrow form (decode_narrow_tile.cuh);
-// 0 turns it off (a build option for A/B measurements). 16 (2026-12-01, one H200, three runs
-// each): fp8 (128, 8192, 16, 1) 401 -> 343 us, block size 16 410 -> 377, the flattened H 16 rows
-// 981 -> 823; wide shapes unchanged (fp8 (64, 4096, 128, 2) 415 -> 433: the same wide code,
-// placed differently). 32 also ran Kimi's 32-pair tails and the ragged H 16 mixes 3-14 % slower.
-#ifndef DCPMLA_NARROW_PAIRS
-#define DCPMLA_NARROW_PAIRS 16
-#endif
-
-// Full fp8 tiles: output warpgroup 1 issues its P.V of tile i only once warpgroup 0's is done,
-// so the chunks warpgroup 0 refills (0-3 and the rope: the ones S of tile i + 2 reads first) free
-// earlier; S of tile i + 1 then waits for warpgroup 0's P.V issue alone (1 on, 0 off: both halves
-// at once). One H200, 4 runs each (2026-12-02): the fp8 wide shapes 3-5 % faster, every bf16 wide
-// shape 5-10 % slower, so bf16 keeps both halves at once (a likely reason: fp8 tiles land by the
-// output warpgroups' own copies, which take them far longer to issue than bf16's bulk copies).
-#ifndef DCPMLA_PV_IN_TURN
-#define DCPMLA_PV_IN_TURN 1
-#endif
 
 namespace dcpmla::cuda {
 namespace sm90 {
@@ -77,18 +61,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Launched for the plan buffer's capacity under a CUDA graph: blocks past the plan exit.
   if (p.header != nullptr && std::int64_t(blockIdx.x) >= p.header->num_tiles) return;
   const DecodeTile tile = p.tiles[blockIdx.x];
-  // Wide fp8 tiles keep the plain index: with the uniform one, Kimi's fp8 rank and the ragged
-  // L 32K H 16 fp8 mix ran 3 % slower (one H200, 3 runs each, 2026-12-02).
+  // Wide fp8 tiles keep the plain warpgroup index (the uniform one ran them slower).
   const int tid = threadIdx.x, wt = tid & 127;
   const int wg = C == Cache::bf16 ? warp_uniform_warpgroup() : tid >> 7;
   const int lane = tid & 31, warp = wt >> 5, quad = lane & 3;
   const int n = (tile.kv_visible_end - tile.kv_begin + kKeys - 1) / kKeys;
   // Full tiles (compute-bound work): the scores warpgroup issues S of tile i + 1 only once P.V
   // of tile i is issued, so the tensor cores take P.V first and the stage it frees refills sooner
-  // ((64, 4096, 128, 1) 180 -> 151 us, Q = 8 2-4 % faster; the memory-bound H = 16 shapes, with
-  // a quarter of a tile, ran 2-4 % slower with it: 2026-11-30).
+  // (partial tiles, memory-bound, do better without the wait).
   const bool o_first = tile.num_pairs == kPairs;
-  const bool in_turn = DCPMLA_PV_IN_TURN && C == Cache::fp8 && o_first;
+  const bool in_turn = kPvInTurn && C == Cache::fp8 && o_first;
   // kOIssued: the second output warpgroup (og 1) arrives too unless it waits for og 0's P.V.
   const int o_issued_threads = in_turn ? 256 : kThreads;
   // The thread's two accumulator rows (the same in S and in O).
@@ -104,14 +86,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       const OutputLoader<C> ld(wt, wg - 1, kLoaded + wg - 1);
       OutputRefill<C, Bulk, true>(p, tile, sm, ld, n).prologue();
     }
-    cp_async_wait_all();
+    hopper::cp_async_wait_all();
     hopper::fence_proxy_async_shared();
   }
   __syncthreads();
-  if constexpr (DCPMLA_NARROW_PAIRS >= 16) {
+  if constexpr (kNarrowPairs >= 16) {
     if (tile.num_pairs <= 16) return narrow_tile<C, Bulk, 16>(p, tile, sm, n);
   }
-  if constexpr (DCPMLA_NARROW_PAIRS >= 32) {
+  if constexpr (kNarrowPairs >= 32) {
     if (tile.num_pairs <= 32) return narrow_tile<C, Bulk, 32>(p, tile, sm, n);
   }
 
@@ -121,8 +103,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int k = 0; k < 128; ++k) o[k] = 0.0f;
   if (wg == 0) {
     // ---- scores warpgroup --------------------------------------------------------------------
-    constexpr float kLog2e = 1.4426950408889634f;
-    const float scale_log2 = p.score_scale * kLog2e;
+    const float scale_log2 = score_scale_log2(p);
     const int lim[2] = {pair_key_limit(p, tile, rows[0]), pair_key_limit(p, tile, rows[1])};
     const std::uint64_t desc_q = hopper::smem_descriptor(sm.q, 16, 1024);
     float m[2] = {-INFINITY, -INFINITY};  // running max of score * scale_log2
@@ -169,10 +150,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int r = 0; r < 2; ++r) {
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        const float m_new = running_max(m[r], mx[r] * scale_log2);
-        factor[r] = m_new == -INFINITY ? 1.0f : exp2f(m[r] - m_new);
-        m[r] = m_new;
-        m_use[r] = m_new == -INFINITY ? 0.0f : m_new;  // masked scores stay -inf: exp2 gives 0
+        factor[r] = softmax_step(m[r], mx[r], scale_log2, m_use[r]);
       }
       // P = exp2(S * scale_log2 - m): fp32 into the exp-sum (and the LSE), bf16 for the P.V MMAs.
       std::uint32_t packed[8][2];
@@ -181,14 +159,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int j = 0; j < 8; ++j) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const float p0 = fast_exp2(fmaf(s[4 * j + 2 * r], scale_log2, -m_use[r]));
-          const float p1 = fast_exp2(fmaf(s[4 * j + 2 * r + 1], scale_log2, -m_use[r]));
+          const float p0 = softmax_p(s[4 * j + 2 * r], scale_log2, m_use[r]);
+          const float p1 = softmax_p(s[4 * j + 2 * r + 1], scale_log2, m_use[r]);
           sum[r] += p0 + p1;
           packed[j][r] = pack_bf16x2(p0, p1);
         }
       }
 #pragma unroll
-      for (int r = 0; r < 2; ++r) l[r] = fmaf(l[r], factor[r], sum[r]);  // as narrow tiles do
+      for (int r = 0; r < 2; ++r) l[r] = rescaled_sum(l[r], factor[r], sum[r]);
 
       if (i >= 1) named_barrier_sync(kPFree, kThreads);  // P.V of tile i - 1 is done
 #pragma unroll
@@ -214,8 +192,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+      l[r] = quad_sum(l[r]);
       if (quad == 0) {
         sm.final_m[rows[r]] = m[r];
         sm.final_l[rows[r]] = l[r];
@@ -275,16 +252,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     const std::int64_t item = first + rows[r];
     if (wg == 0) {
       const float lse = pair_lse(sm.final_m[rows[r]], total);
-      if (quad == 0) {
-        if (packed) {
-          *output_lse(p.final_rows, item, output_offset(p.final_rows, item, p.num_heads)) = lse;
-        } else {
-          (partial ? p.partial_lse : p.final_rows.lse)[item] = lse;
-        }
-      }
+      if (quad == 0) store_lse(p, partial, packed, item, lse);
       continue;
     }
-    const float scale = total > 0.0f ? p.out_scale / total : 0.0f;
+    const float scale = output_scale(p, total);
     const int col = 256 * (wg - 1) + 2 * quad;
     if (packed) {
       store_packed_row(p, output_offset(p.final_rows, item, p.num_heads) + col, o, r, scale);

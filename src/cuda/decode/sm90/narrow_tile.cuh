@@ -1,10 +1,8 @@
 // Narrow tiles of the warp-specialised decode: a tile of at most N = 16 or 32 (row, head) pairs
 // computed transposed, so that the tensor cores do N pairs' work instead of 64 (wgmma's M is
-// fixed at 64: a 16-pair tile padded to 64 rows wastes 3/4 of every MMA). By default only tiles
-// of at most 16 pairs run here (H 16 at Q 1, the tail of a Q 5 row at H 16, H 1-16 short rows;
-// DCPMLA_NARROW_PAIRS in decode_ws_kernel.cuh): 32-pair narrow tiles measured slower than wide
-// ones, and what the narrow MMAs save pays mostly where the threads copy the tiles (fp8, block
-// size 16): bench/NOTES.md, session 9.
+// fixed at 64: a 16-pair tile padded to 64 rows wastes 3/4 of every MMA). Tiles of at most
+// kNarrowPairs pairs run here (config.h: H 16 at Q 1, the tail of a Q 5 row at H 16, H 1-16 short
+// rows).
 //
 //   scores warpgroup:   S^T = K Q^T (36 wgmma m64nNk16: keys along M, pairs along N), the mask,
 //                       per-pair max over the 64 keys (shuffles, then the four warps through
@@ -14,15 +12,18 @@
 //
 // Each pair's bits equal the wide form's (the SPEC's flattened = native bit for bit, when one form
 // has narrow tiles and the other wide ones): S and O are the same dot products over the same
-// k-steps; the max is exact; the exp-sum is added in the wide form's order (per pair, four partial
-// sums over keys 8 j + 2 q + {0, 1}, each tile's in order of j, combined as (l0 + l1) + (l2 + l3)
-// at the end), for which the fp32 P values go through shared memory.
+// k-steps; the max is exact; the softmax step, P and the output are the same functions
+// (softmax.cuh, epilogue.cuh); the exp-sum is added in the wide form's order (per pair, four
+// partial sums over keys 8 j + 2 q + {0, 1}, each tile's in order of j, combined by quad_sum at
+// the end), for which the fp32 P values go through shared memory.
 #pragma once
 
 #include <cstdint>
 
+#include "cuda/decode/sm90/epilogue.cuh"
 #include "cuda/decode/sm90/refill.cuh"
 #include "cuda/decode/sm90/smem_layout.cuh"
+#include "cuda/decode/sm90/softmax.cuh"
 #include "cuda/decode/sm90/tile_loader.cuh"
 #include "cuda/hopper/mbarrier.cuh"
 
@@ -87,8 +88,7 @@ __device__ __forceinline__ void narrow_tile(const DecodeParams& p, const DecodeT
 
   if (wg == 0) {
     // ---- scores warpgroup --------------------------------------------------------------------
-    constexpr float kLog2e = 1.4426950408889634f;
-    const float scale_log2 = p.score_scale * kLog2e;
+    const float scale_log2 = score_scale_log2(p);
     const int key0 = 16 * warp + (lane >> 2);  // the thread's keys: key0 and key0 + 8 of a tile
     int lim[kCols];
     int lim_min = INT32_MAX;
@@ -160,8 +160,8 @@ __device__ __forceinline__ void narrow_tile(const DecodeParams& p, const DecodeT
       for (int j = 0; j < N / 8; ++j) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const float p0 = fast_exp2(fmaf(s[4 * j + 2 * r], scale_log2, -m_use[2 * j]));
-          const float p1 = fast_exp2(fmaf(s[4 * j + 2 * r + 1], scale_log2, -m_use[2 * j + 1]));
+          const float p0 = softmax_p(s[4 * j + 2 * r], scale_log2, m_use[2 * j]);
+          const float p1 = softmax_p(s[4 * j + 2 * r + 1], scale_log2, m_use[2 * j + 1]);
           const int c = 8 * j + 2 * quad, key = key0 + 8 * r;
           *scratch.p32(c, key) = p0;
           *scratch.p32(c + 1, key) = p1;
@@ -198,7 +198,7 @@ __device__ __forceinline__ void narrow_tile(const DecodeParams& p, const DecodeT
               *reinterpret_cast<const float2*>(scratch.p32(sum_pair, 8 * j + 2 * sum_quad));
           sum += v.x + v.y;
         }
-        l = fmaf(l, sm.factors[sum_pair], sum);
+        l = rescaled_sum(l, sm.factors[sum_pair], sum);
       };
       if (i + 1 < n) {
         issue_scores(s, i + 1);
@@ -209,8 +209,7 @@ __device__ __forceinline__ void narrow_tile(const DecodeParams& p, const DecodeT
         add_exp_sum();
       }
     }
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    l = quad_sum(l);
     if (sum_pair < N && sum_quad == 0) sm.final_l[sum_pair] = l;
     if (warp == 0 && lane < 4) {
 #pragma unroll
@@ -270,13 +269,7 @@ __device__ __forceinline__ void narrow_tile(const DecodeParams& p, const DecodeT
     if (wt >= tile.num_pairs) return;
     const float lse = pair_lse(sm.final_m[wt], sm.final_l[wt]);
     const std::int64_t item = first + wt;
-    if (partial) {
-      p.partial_lse[item] = lse;
-    } else if (packed) {
-      *output_lse(p.final_rows, item, output_offset(p.final_rows, item, p.num_heads)) = lse;
-    } else {
-      p.final_rows.lse[item] = lse;
-    }
+    store_lse(p, partial, packed, item, lse);
     return;
   }
   const int og = wg - 1;
@@ -284,8 +277,7 @@ __device__ __forceinline__ void narrow_tile(const DecodeParams& p, const DecodeT
   for (int jj = 0; jj < kCols; ++jj) {
     const int c = pair_of(jj);
     if (c >= tile.num_pairs) continue;
-    const float total = sm.final_l[c];
-    const float scale = total > 0.0f ? p.out_scale / total : 0.0f;
+    const float scale = output_scale(p, sm.final_l[c]);
     const std::int64_t item = first + c;
     const std::int64_t base =
         packed ? output_offset(p.final_rows, item, p.num_heads) : item * kLatentDim;

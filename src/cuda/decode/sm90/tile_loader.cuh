@@ -86,10 +86,10 @@ struct OutputLoader {
           // The token's two threads take alternate units: whole 32-byte sectors per warp copy.
           const std::uint32_t unit = std::uint32_t(2 * u + half);
           const std::uint32_t dst = s + c * kChunkBytes + off0 + ((unit ^ swz) << 4);
-          cp_async16(dst, e >= 0 ? src + c * 128 + unit * 16 : fill);
+          hopper::cp_async16_line(dst, e >= 0 ? src + c * 128 + unit * 16 : fill);
         }
       });
-      cp_async_wait_all();
+      hopper::cp_async_wait_all();
       publish(bar);
     } else {
       stage_fp8(p, e, s);
@@ -110,8 +110,8 @@ struct OutputLoader {
     for_each_chunk([&](int c) {
 #pragma unroll
       for (int v = 0; v < 2; ++v) {
-        cp_async16(s + c * kChunkBytes + kStagedFp8 + staged + 16 * v,
-                   e >= 0 ? src + c * 64 + 32 * half + 16 * v : fill);
+        hopper::cp_async16_line(s + c * kChunkBytes + kStagedFp8 + staged + 16 * v,
+                                e >= 0 ? src + c * 64 + 32 * half + 16 * v : fill);
       }
     });
   }
@@ -121,7 +121,7 @@ struct OutputLoader {
     const std::uint32_t swz = std::uint32_t(token & 7);
     const int chunks = num_chunks();
     const std::uint32_t staged = std::uint32_t(token) * 64u + 32u * std::uint32_t(half);
-    cp_async_wait_all();
+    hopper::cp_async_wait_all();
     named_barrier_sync(loaded_barrier, 128);
     // Widening writes rows 32-63 over the staged bytes of other threads' tokens: each pair of
     // chunks is read by all threads before any writes it.
