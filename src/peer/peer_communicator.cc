@@ -49,8 +49,7 @@ static void exchange(const PeerCommunicator::Shared& shared, const collective::C
   p.chunk = chunk;
   p.copy_own = copy_own;
   p.vector16 = chunk % 16 == 0 && aligned16(a.send) && aligned16(a.recv);
-  p.fence_every_thread = peer::fence_every_thread();
-  p.lanes = shared.lanes > 0 ? shared.lanes : peer::lanes_for_chunk(chunk);
+  p.lanes = peer::lanes_for_chunk(chunk);
   p.chunk_capacity = shared.chunk_capacity;
   for (int r = 0; r < a.world; ++r) p.areas[r] = shared.areas[r];
   gpu::DeviceScope on(device);

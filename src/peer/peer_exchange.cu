@@ -1,6 +1,4 @@
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "gpu/grid_dependency.cuh"
 #include "gpu/launch_config.h"
@@ -110,11 +108,11 @@ __global__ void __launch_bounds__(kThreads) exchange_kernel(const ExchangeParams
     std::uint8_t* to = p.areas[q].staging + parity + std::size_t(me) * p.chunk_capacity;
     copy_slice<true>(to, from, sl, p.vector16);
   }
-  // Every thread's stores reach the peers before any flag says they have.
-  if (p.fence_every_thread) __threadfence_system();
+  // Every thread's stores reach the peers before any flag says they have: the block's barrier
+  // orders them before the flag writers' fence.
   __syncthreads();
   if (t < W && t != me) {
-    if (!p.fence_every_thread) __threadfence_system();
+    __threadfence_system();
     store_release(p.areas[t].ready + me * kMaxLanes + lane, call);
   }
 
@@ -175,25 +173,10 @@ void launch_exchange(const ExchangeParams& p, cudaStream_t s) {
                         "peer exchange_kernel", p);
 }
 
-bool fence_every_thread() {
-  static const bool every = [] {
-    const char* v = std::getenv("DCPMLA_PEER_FENCE");
-    return v != nullptr && std::strcmp(v, "all") == 0;
-  }();
-  return every;
-}
-
 int lanes_for_chunk(std::size_t chunk_bytes) {
   if (chunk_bytes <= (std::size_t(256) << 10)) return 32;
   if (chunk_bytes <= (std::size_t(4) << 20)) return 64;
   return 128;
-}
-
-int lanes_from_environment() {
-  const char* v = std::getenv("DCPMLA_PEER_LANES");
-  if (v == nullptr || *v == '\0') return 0;
-  const int lanes = std::atoi(v);
-  return lanes >= 1 && lanes <= kMaxLanes ? lanes : -1;
 }
 
 }  // namespace dcpmla::peer

@@ -3,7 +3,6 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "dcpmla/error.h"
 #include "dcpmla/peer_comm.h"
@@ -40,16 +39,6 @@ void enable_peer_access(int device, int peer) {
 }
 
 }  // namespace
-
-int peer::lanes_or_throw() {
-  const int lanes = lanes_from_environment();
-  if (lanes < 0) {
-    const char* text = std::getenv("DCPMLA_PEER_LANES");
-    throw Error(ErrorCode::invalid_argument, "DCPMLA_PEER_LANES",
-                fmt::format("a number of thread blocks in [1, {}]", kMaxLanes), text ? text : "");
-  }
-  return lanes;
-}
 
 bool PeerGroup::supported(const std::vector<int>& devices) {
   std::vector<int> sorted = devices;
@@ -90,7 +79,6 @@ PeerGroup::PeerGroup(std::vector<int> devices, std::size_t chunk_capacity)
   require(all_pairs_reach(devices_, &missing), ErrorCode::unsupported, "devices",
           "peer access between every pair (NVLink or PCIe P2P)", missing);
 
-  shared_->lanes = peer::lanes_or_throw();
   const int W = world();
   shared_->chunk_capacity = (chunk_capacity + 15) / 16 * 16;
   const peer::AreaLayout layout = peer::area_layout(W, shared_->chunk_capacity);

@@ -36,7 +36,6 @@ struct Record {
   std::uint64_t chunk_capacity;  // as passed to join
   std::int64_t pid;
   std::uint64_t process_token;  // tells processes apart where pids repeat (PID namespaces)
-  std::int32_t lanes;
   char pci_bus_id[32];
   Failure failure;
 };
@@ -123,9 +122,6 @@ void check_agreement(const std::vector<Record>& all) {
             "chunk_capacity",
             fmt::format("the same on every rank ({} bytes on rank 0)", first.chunk_capacity),
             fmt::format("{} bytes on rank {}", all[r].chunk_capacity, r));
-    require(all[r].lanes == first.lanes, ErrorCode::invalid_argument, "DCPMLA_PEER_LANES",
-            fmt::format("the same on every rank ({} on rank 0)", first.lanes),
-            fmt::format("{} on rank {}", all[r].lanes, r));
   }
   for (std::size_t r = 0; r < all.size(); ++r) {
     for (std::size_t q = r + 1; q < all.size(); ++q) {
@@ -208,7 +204,6 @@ std::unique_ptr<PeerCommunicator> PeerCommunicator::join(Communicator& bootstrap
         mine.chunk_capacity = chunk_capacity;
         mine.pid = std::int64_t(::getpid());
         mine.process_token = process_token();
-        mine.lanes = shared.lanes = peer::lanes_or_throw();
         DCPMLA_CUDA_CHECK(cudaDeviceGetPCIBusId(mine.pci_bus_id, sizeof mine.pci_bus_id, device));
         shared.chunk_capacity = (chunk_capacity + 15) / 16 * 16;
         const peer::AreaLayout layout = peer::area_layout(W, shared.chunk_capacity);

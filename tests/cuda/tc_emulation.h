@@ -1,6 +1,6 @@
 // A host emulation of the sm_90a instructions the tensor-core decode kernels use (on top of
 // cuda_emulation.h's threads, __syncthreads, __syncwarp and shuffles), so that their own source
-// (src/cuda/decode_ws_kernel.cuh and what it includes, compiled as plain C++ with DCPMLA_EMULATE)
+// (src/cuda/decode/sm90/kernel.cuh and what it includes, compiled as plain C++ with DCPMLA_EMULATE)
 // runs on the CPU, one OS thread per CUDA thread:
 //
 //   shared addresses   byte offsets into the block's emulated shared memory (bounds-checked)

@@ -1,7 +1,7 @@
-// The tensor-core decode kernels' own source (src/cuda/decode_ws_kernel.cuh with its narrow tiles,
-// bulk tensor copies, mbarriers, named barriers and wgmma) run on the CPU through a host emulation
-// of those instructions (tc_emulation.h): no GPU needed. Checks the kernels against the CPU
-// backend on ragged DCP batches (poisoned pages, several KV tiles a walk, split and unsplit,
+// The tensor-core decode kernels' own source (src/cuda/decode/sm90/kernel.cuh with its narrow
+// tiles, bulk tensor copies, mbarriers, named barriers and wgmma) run on the CPU through a host
+// emulation of those instructions (tc_emulation.h): no GPU needed. Checks the kernels against the
+// CPU backend on ragged DCP batches (poisoned pages, several KV tiles a walk, split and unsplit,
 // narrow, partial and whole tiles), that the flattened and native forms give the same bits, and,
 // through the emulation's own checks, that no barrier deadlocks or is misused, that no MMA's
 // operands change while it is in flight and that no thread overwrites an MMA's operands before it
@@ -37,11 +37,11 @@ void run_ws(const TileRun& run) {
                                               2u});
   }
   dcpmla_emu::run_grid(int(run.lp.tiles.size()), sm90::kThreads, sm90::kSmemBytes,
-                       [&] { sm90::decode_ws_kernel<C, Bulk>(p); });
+                       [&] { sm90::decode_kernel<C, Bulk>(p); });
 }
 
-// The kernel decode_tc.cu launches for the scenario's cache.
-void run_v3(const sim::ScenarioSpec& spec, const TileRun& run) {
+// The sm90 kernel sm90_decode.cu launches for the scenario's cache.
+void run_sm90(const sim::ScenarioSpec& spec, const TileRun& run) {
   if (spec.kv_dtype == DType::fp8_e4m3) {
     run_ws<sm90::Cache::fp8, false>(run);
   } else if (bulk_copies_fit(spec.block_size)) {
@@ -93,7 +93,7 @@ TEST(TensorCoreEmulation, V3MatchesCpuBackend) {
     SCOPED_TRACE(testing::describe(sc.spec) + " out " + to_string(c.out) + " rank " +
                  std::to_string(rank) + " chunk " + std::to_string(c.chunk) +
                  (rising ? " rising" : ""));
-    const Result got = emulated_decode(sc, rank, sc.batch, limits, c.out, run_v3);
+    const Result got = emulated_decode(sc, rank, sc.batch, limits, c.out, run_sm90);
     const Result want = cpu_decode(sc, rank, limits, c.out);
     // Absolute tolerances: the rising latents reach ~25, where a bf16 step is 0.125.
     const double scale = rising ? 8.0 : 1.0;
@@ -112,8 +112,8 @@ TEST(TensorCoreEmulation, FlattenedAndNativeGiveTheSameBits) {
       const Batch flat = flatten(sc.batch);
       const int rank = seed % 2;
       SCOPED_TRACE(testing::describe(sc.spec) + " rank " + std::to_string(rank));
-      const Result native = emulated_decode(sc, rank, sc.batch, limits, DType::f32, run_v3);
-      const Result flattened = emulated_decode(sc, rank, flat, limits, DType::f32, run_v3);
+      const Result native = emulated_decode(sc, rank, sc.batch, limits, DType::f32, run_sm90);
+      const Result flattened = emulated_decode(sc, rank, flat, limits, DType::f32, run_sm90);
       ASSERT_EQ(std::memcmp(native.out.data(), flattened.out.data(), native.out.size() * 4), 0);
       ASSERT_EQ(std::memcmp(native.lse.data(), flattened.lse.data(), native.lse.size() * 4), 0);
     }

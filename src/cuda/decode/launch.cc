@@ -2,7 +2,7 @@
 // split merge, padding fill), all on one stream. The split merge and the padding fill are
 // launched with programmatic dependent launch (launch_dependent, launch_config.h): each starts
 // as the kernel before it exits and waits for it on the device, so nothing may be enqueued
-// between the launches below. DCPMLA_NO_PDL=1 turns that off.
+// between the launches below.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -84,10 +84,13 @@ void decode(const DecodeArgs& a, DevicePlan& dp, cudaStream_t s) {
   p.final_rows = final_rows;
   p.partial_out = ws;
   p.partial_lse = ws_lse;
-  if (tensor_core_decode_supports(a.q.dtype, a.cache.dtype)) {
-    launch_decode_tc(p, a.cache.dtype, grid.tiles, kv_mostly_shared(plan), s);
+  const DecodeKernelChoice kernel = select_decode_kernel({a.q.dtype, a.cache.dtype, H, bs});
+  require(kernel.supported(), ErrorCode::unsupported, "decode",
+          "a configuration a CUDA kernel runs", kernel.why_not);
+  if (kernel.kernel == DecodeKernel::fma) {
+    launch_fma_decode(p, a.q.dtype, a.cache.dtype, grid.tiles, s);
   } else {
-    launch_decode_tiles(p, a.q.dtype, a.cache.dtype, grid.tiles, s);
+    launch_sm90_decode(p, kernel.kernel, grid.tiles, kv_mostly_shared(plan), s);
   }
   if (grid.merge_rows > 0) {
     int max_splits = 0;

@@ -19,9 +19,8 @@ namespace {
 // Per-block fixed cost in tokens of a block's walk (its query rows, its output, the merge).
 constexpr double kBlockFixedTokens = 128;
 // Splitting: each split (row, head) pair writes 2 KiB of fp32 partial O and the merge reads it
-// back, ~1.2 ns a pair and split at ~3.5 TB/s, ~0.037 tokens of a block's walk. Without that term
-// the ragged L 4K H 128 mix was cut in 2: 642 us of decode + 215 of merge against 678 us unsplit
-// (ncu, 2026-12-01).
+// back, ~1.2 ns a pair and split at ~3.5 TB/s, ~0.037 tokens of a block's walk
+// (docs/design/decode-kernel.md).
 constexpr double kTokensPerSplitPair = 0.037;
 
 // The last-wave cut: batches of at most this many waves, each tail request in at most this many
@@ -227,10 +226,8 @@ LaunchPlan build_launch_plan(const Plan& plan, int tile_pairs) {
   }
   // Longest walk first, so the long blocks do not start last and form the tail; but a work
   // item's blocks stay together, so they run at once and read each KV tile from DRAM once
-  // between them. Sorting blocks by their exact visible KV (before 2026-12-01) put the rows of a
-  // causal Q > 1 item, whose bounds differ by a few tokens, in different waves: (64, 4096, 128,
-  // 8) read 2.44 GB from DRAM for its 302 MB of KV (L2 hit rate 43 %); together, 405 MB (83 %)
-  // and 3-8 % faster (ncu and benchmark, one H200).
+  // between them (sorting blocks apart put the rows of a causal item in different waves, each
+  // reading the KV from DRAM again: docs/design/decode-kernel.md).
   // The order never changes what a block computes.
   std::stable_sort(items.begin(), items.end(),
                    [](const ItemBlocks& a, const ItemBlocks& b) { return a.walk > b.walk; });

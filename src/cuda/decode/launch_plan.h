@@ -77,9 +77,7 @@ LaunchCapacity max_capacity(const LaunchCapacity& a, const LaunchCapacity& b);
 // each block also pays about two tiles of fixed cost (its query rows, its output, the merge). A
 // batch that fills the SMs evenly is not split. A batch left unsplit whose last wave is partly
 // filled may have just the requests of that wave cut (request_chunk_blocks), where list
-// scheduling of its blocks says that finishes at least 2 % sooner: the benchmark's ragged L 4K
-// H 128 mix (570 blocks, 4.3 waves) cuts 5 requests in 3 and ran 659-671 -> 625-643 us (min of
-// each of 5 runs, one H200, 2026-12-02).
+// scheduling of its blocks says that finishes at least 2 % sooner (docs/design/decode-kernel.md).
 PlanLimits gpu_plan_limits(const Batch& batch, const Sharding& sharding, int num_heads,
                            int block_size, int sm_count);
 
@@ -88,13 +86,12 @@ LaunchPlan build_launch_plan(const Plan& plan, int tile_pairs = kTilePairs);
 
 // Whether the decode's bf16 tiles of this block size come by bulk tensor copies: pages of 16
 // tokens or more that hold whole 64-row boxes or fit in one (4 boxes a chunk at most, none
-// straddling a page). Block size 16 ran (128, 8192, 16, 1) in 450 us with the bulk copies and
-// 572 us with the threads' copies (2026-11-30).
+// straddling a page).
 bool bulk_copies_fit(int block_size);
 
 // Whether most of the plan's KV tokens are read by more than one thread block: those of work
 // items with more than tile_pairs (row, head) pairs, whose row tiles walk the same KV (from L2
-// after the first). The decode's bulk copies are asked for differently then (decode_tc.cu).
+// after the first). The decode's bulk copies are asked for differently then (sm90/sm90_decode.cu).
 bool kv_mostly_shared(const Plan& plan, int tile_pairs = kTilePairs);
 
 // The device image of a launch plan: header, tiles, merge rows and row_local_bound, each section

@@ -6,16 +6,15 @@
 // - Few splits (the batched shapes, 2-15 splits a request): one warp per (merge row, head) item.
 //   Lane r holds split r's LSE (the reductions are shuffles, no block barrier) and each lane sums
 //   16 of the 512 output dims over the splits in order, kWarpBatch splits' rows loaded together.
-//   Before it, a 256-thread block per item with seven block barriers per item merged the ragged
-//   L 4K H 128 mix's 2 splits of 36480 items in 215 us (ncu, 2026-12-01), ~4x its bytes' time.
 // - Many splits ((1, 65536, 128, 1): 64 splits of 128 items): Parts (4) blocks per item, each
 //   for 128 of its dims, so the few items' many rows are read by 4x as many SMs. A block reduces
 //   the split LSEs in parallel (max, then the sum of exp(lse - max)), then each of Groups (8)
 //   thread groups sums 4 dims a thread over every Groups-th split, kBatch of its splits' rows
 //   loaded together (64 splits: one round of memory latency), with the weights of up to kWeights
 //   splits at a time staged in shared memory, and the groups' sums are added in a fixed order
-//   (the same bits every run). Before it, a block per item over all 512 dims in 4 groups merged
-//   (1, 65536, 128, 1) in 10.7 us (2026-12-01).
+//   (the same bits every run).
+//
+// Measurements behind both: docs/design/decode-kernel.md.
 //
 // Launched with programmatic dependent launch after the decode (launch_dependent): the blocks
 // start as the decode's blocks exit, read the plan, and wait for the decode's partials.

@@ -1,4 +1,4 @@
-// Launch of the decode kernel (decode_kernel.cuh): one instantiation per (q dtype, cache dtype).
+// Launch of the FMA decode (fma_kernel.cuh): one instantiation per (q dtype, cache dtype).
 #include "cuda/decode/fma/fma_kernel.cuh"
 #include "gpu/check.h"
 #include "gpu/launch_config.h"
@@ -9,8 +9,8 @@ namespace {
 template <class QS, CacheKind C>
 void launch_decode_kernel(const DecodeParams& p, std::int64_t num_tiles, cudaStream_t s) {
   using L = Layout<QS, KStore<C>>;
-  gpu::launch_with_shared_memory<decode_kernel<QS, C>>(unsigned(num_tiles), kThreads, L::kBytes, p,
-                                                       s, "decode_kernel<<<>>>");
+  gpu::launch_with_shared_memory<fma_decode_kernel<QS, C>>(unsigned(num_tiles), kThreads, L::kBytes,
+                                                           p, s, "fma_decode_kernel<<<>>>");
 }
 
 template <class QS>
@@ -30,8 +30,8 @@ void launch_for_cache(DType cache, const DecodeParams& p, std::int64_t n, cudaSt
 
 }  // namespace
 
-void launch_decode_tiles(const DecodeParams& p, DType q_dtype, DType cache_dtype,
-                         std::int64_t num_tiles, cudaStream_t s) {
+void launch_fma_decode(const DecodeParams& p, DType q_dtype, DType cache_dtype,
+                       std::int64_t num_tiles, cudaStream_t s) {
   if (num_tiles <= 0) return;
   if (q_dtype == DType::bf16) {
     launch_for_cache<bf16_bits>(cache_dtype, p, num_tiles, s);

@@ -147,7 +147,7 @@ __device__ __forceinline__ void load_kv_tile(const void* cache, const std::int64
 }
 
 template <class QS, CacheKind C>
-__global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kThreads, 1) fma_decode_kernel(const DecodeParams p) {
   using KS = KStore<C>;
   using L = Layout<QS, KS>;
   constexpr int KT = L::kKeys;

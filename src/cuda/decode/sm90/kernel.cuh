@@ -54,7 +54,7 @@ namespace sm90 {
 // the others (and every fp8 tile) by the threads' copies.
 template <Cache C, bool Bulk>
 __global__ void __launch_bounds__(kThreads, 1)
-    decode_ws_kernel(const __grid_constant__ DecodeParams p) {
+    decode_kernel(const __grid_constant__ DecodeParams p) {
   DCPMLA_DYNAMIC_SMEM(smem_raw);
   const BlockSmem sm(aligned_smem(smem_raw));
 

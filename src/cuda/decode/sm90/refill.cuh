@@ -1,5 +1,5 @@
-// An output warpgroup's KV loads around its P.V of tile i (decode_ws_kernel.cuh and
-// decode_narrow_tile.cuh): tile i + 2's pages are read before the wait for P (global loads the
+// An output warpgroup's KV loads around its P.V of tile i (kernel.cuh and
+// narrow_tile.cuh): tile i + 2's pages are read before the wait for P (global loads the
 // copies depend on), an fp8 tile i + 1 staged in the previous round is widened (before the wait
 // for P, or while P.V runs), and tile i + 2 is copied into the stage tile i used once P.V is done.
 #pragma once
@@ -47,9 +47,8 @@ struct OutputRefill {
   // fp8: tile i + 1, staged at the end of the previous round, is widened either before the wait
   // for P of tile i (WidenEarly: while the scores warpgroup computes S and the softmax of tile i,
   // so S of tile i + 1 need not wait behind P.V for it), or while this P.V runs. Early for wide
-  // tiles, late for narrow ones, whose short S would leave the copies' latency exposed (fp8, min
-  // us of three runs, 2026-12-01: (64, 4096, 128, 8) 1678 -> 1603, Kimi H 96 rank 820 -> 768 early;
-  // (128, 8192, 16, 1), narrow, 343 -> 386 early).
+  // tiles, late for narrow ones, whose short S would leave the copies' latency exposed
+  // (docs/design/decode-kernel.md).
   __device__ __forceinline__ void widen_next(int i) const {
     if (C == Cache::fp8 && i >= 1 && i + 1 < n) {
       ld.widen_fp8(sm.stage(i + 1), sm.full_bar((i + 1) & 1, ld.og));

@@ -1,4 +1,4 @@
-// Launch of the tensor-core decode kernel (decode_ws_kernel.cuh), with the tensor map of the
+// Launch of the tensor-core decode kernel (kernel.cuh), with the tensor map of the
 // cache for its bulk tensor copies (bf16 caches whose block size is 16, 32 or a multiple of 64).
 #include <cudaTypedefs.h>
 
@@ -26,10 +26,8 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // L2 promotion of the bulk copies: a box row is one 128-byte line of a token's 1152 bytes, which
 // a 256-byte promotion pairs with its neighbour (another chunk's, loaded by another box of the
 // same tile). Where each KV token is read by one thread block, no promotion runs the memory-bound
-// shapes 7-10 % faster ((128, 8192, 16, 1) 305 -> 277 us median, 4.35 TB/s, FlashMLA 284.7;
-// (32, 32768, 64, 1) 316 -> 295; Kimi's H 12 rank 311 -> 285); where two or more row tiles read
-// it, 256 bytes does ((64, 4096, 128, 1) 145 us against 153-157 without). Three runs each, one
-// H200, 2026-12-01 (bench/results/h200/2026-12-01-s13, calls 5-6). A captured CUDA graph keeps
+// shapes faster; where two or more row tiles read it, 256 bytes does
+// (docs/design/decode-kernel.md). A captured CUDA graph keeps
 // the choice made at capture for every replay (it changes speed, never results).
 void encode_kv_map(DecodeParams& p, bool kv_shared) {
   const cuuint64_t dims[2] = {cuuint64_t(kHeadDim), cuuint64_t(p.num_blocks * p.block_size)};
@@ -47,25 +45,21 @@ void encode_kv_map(DecodeParams& p, bool kv_shared) {
 
 }  // namespace
 
-bool tensor_core_decode_supports(DType q_dtype, DType cache_dtype) {
-  return q_dtype == DType::bf16 && (cache_dtype == DType::bf16 || cache_dtype == DType::fp8_e4m3);
-}
-
-void launch_decode_tc(const DecodeParams& params, DType cache_dtype, std::int64_t num_tiles,
-                      bool kv_shared, cudaStream_t s) {
+void launch_sm90_decode(const DecodeParams& params, DecodeKernel kernel, std::int64_t num_tiles,
+                        bool kv_shared, cudaStream_t s) {
   if (num_tiles <= 0) return;
   DecodeParams p = params;
   const unsigned blocks = unsigned(num_tiles);
-  if (cache_dtype == DType::bf16 && bulk_copies_fit(p.block_size)) {
+  if (kernel == DecodeKernel::sm90_bf16_bulk) {
     encode_kv_map(p, kv_shared);
-    gpu::launch_with_shared_memory<sm90::decode_ws_kernel<sm90::Cache::bf16, true>>(
-        blocks, sm90::kThreads, sm90::kSmemBytes, p, s, "decode_ws_kernel<<<>>>");
-  } else if (cache_dtype == DType::bf16) {
-    gpu::launch_with_shared_memory<sm90::decode_ws_kernel<sm90::Cache::bf16, false>>(
-        blocks, sm90::kThreads, sm90::kSmemBytes, p, s, "decode_ws_kernel<<<>>>");
+    gpu::launch_with_shared_memory<sm90::decode_kernel<sm90::Cache::bf16, true>>(
+        blocks, sm90::kThreads, sm90::kSmemBytes, p, s, "decode_kernel<<<>>>");
+  } else if (kernel == DecodeKernel::sm90_bf16) {
+    gpu::launch_with_shared_memory<sm90::decode_kernel<sm90::Cache::bf16, false>>(
+        blocks, sm90::kThreads, sm90::kSmemBytes, p, s, "decode_kernel<<<>>>");
   } else {
-    gpu::launch_with_shared_memory<sm90::decode_ws_kernel<sm90::Cache::fp8, false>>(
-        blocks, sm90::kThreads, sm90::kSmemBytes, p, s, "decode_ws_kernel<<<>>>");
+    gpu::launch_with_shared_memory<sm90::decode_kernel<sm90::Cache::fp8, false>>(
+        blocks, sm90::kThreads, sm90::kSmemBytes, p, s, "decode_kernel<<<>>>");
   }
 }
 

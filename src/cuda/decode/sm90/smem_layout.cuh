@@ -1,5 +1,5 @@
-// The block layout the warp-specialised decode (decode_ws_kernel.cuh) and its narrow tiles
-// (decode_narrow_tile.cuh) share: three warpgroups, their named barriers, and the shared memory
+// The block layout the warp-specialised decode (kernel.cuh) and its narrow tiles
+// (narrow_tile.cuh) share: three warpgroups, their named barriers, and the shared memory
 // of one thread block.
 #pragma once
 
@@ -29,9 +29,8 @@ static_assert(kSmemBytes <= 227u * 1024u, "sm_90 allows 227 KiB of shared memory
 
 // The thread's warpgroup as a value ptxas knows is the same in every lane of a warp (lane 0's,
 // shuffled). With `threadIdx.x >> 7` ptxas treats the warpgroups' branches as divergent, and it
-// schedules the wgmma code inside them worse: one H200, 3 runs each (2026-12-02), bf16 shapes
-// 1-4 % faster this way (block size 16 6 %), narrow fp8 tiles 3 %; it also keeps a wgmma group
-// in flight across a branch from being serialised (C7520).
+// schedules the wgmma code inside them worse (docs/design/decode-kernel.md); it also keeps a
+// wgmma group in flight across a branch from being serialised (C7520).
 __device__ __forceinline__ int warp_uniform_warpgroup() {
   return __shfl_sync(0xffffffffu, int(threadIdx.x) >> 7, 0);
 }

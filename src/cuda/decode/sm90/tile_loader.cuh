@@ -9,8 +9,8 @@
 // issues a 64-dim box per chunk and page with the byte count on the mbarrier, and nobody waits for
 // them but the consumers. Other tiles (the last one of an item, which needs zeros past the visible
 // end; fp8, widened to bf16; other block sizes) are copied by the warpgroup's threads, which wait
-// for their own copies and then arrive once. The bulk copies move a tile from L2 in 0.55-0.77 us
-// per SM against ~2.1 us for the threads' copies (dcpmla_load_bench, 2026-11-30).
+// for their own copies and then arrive once. The bulk copies move a tile several times faster
+// than the threads' copies (docs/design/decode-kernel.md).
 #pragma once
 
 #include <cstdint>
@@ -200,16 +200,13 @@ struct OutputLoader {
   }
   // The bulk tensor copies of the warpgroup's chunks of a tile (boxes at `rows`), issued by one
   // thread (or four, below): a box of 64 dims x R rows per page and chunk. Fewer, larger boxes load
-  // faster (block size 16 takes 36 boxes a tile and runs the memory-bound shapes ~1.4x slower than
-  // 64; 32-row boxes for block size 64 ran 1.2x slower: bench/NOTES.md, session 4).
+  // faster.
   //
   // Pages smaller than a box (block size 16 or 32: 2 or 4 boxes a chunk) spread the boxes over the
-  // warpgroup's 4 warps (lane 0 of each issues every 4th box): a box takes its issuing thread
-  // ~50 SM cycles alone, ~100 beside the decode's MMAs (load and mma benchmarks, 2026-12-01), so
-  // one thread issuing 16-20 boxes delayed the warpgroup's next P.V. Spread, block size 16 ran
-  // (128, 8192, 16, 1) 382 -> 343 us and (64, 4096, 128, 2) 410 -> 375, block size 32 the latter
-  // 308 -> 290 (medians, one H200, 2026-12-01); block size 64 (one box a chunk) gained nothing and
-  // Kimi's H 96 rank lost 3-6 %, so it keeps one issuing thread. The first issuer arrives with the
+  // warpgroup's 4 warps (lane 0 of each issues every 4th box): issuing a box takes its thread tens
+  // of cycles, so one thread issuing 16-20 boxes would delay the warpgroup's next P.V; block size
+  // 64 (one box a chunk) keeps one issuing thread (docs/design/decode-kernel.md). The first issuer
+  // arrives with the
   // whole byte count, so the phase cannot complete before every box is counted (boxes that land
   // earlier take the count below zero meanwhile, which the mbarrier allows).
   __device__ __forceinline__ static bool spread_boxes(const DecodeParams& p) {
