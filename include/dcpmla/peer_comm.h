@@ -15,10 +15,6 @@
 // replayed. No host synchronisation, no allocation per call. Like NCCL, there is no timeout: a
 // rank that stops calling leaves its peers' kernels waiting.
 //
-// DCPMLA_PEER_LANES (thread blocks per exchange, at most 128, instead of 32, 64 or 128 by the
-// chunk's size; read when a group is made) and DCPMLA_PEER_FENCE=all (every thread fences its
-// stores, instead of only the flag writers) are for A/B timing.
-//
 // Rules (as for NCCL): every rank calls the same collectives in the same order with the same
 // counts; a communicator's calls are ordered on the device (one stream, or streams ordered by
 // events). A chunk (count elements) may hold at most the group's chunk capacity.
@@ -55,13 +51,13 @@ class PeerCommunicator final : public Communicator {
   //
   // Requires every rank on one host, each on its own GPU, with every rank's GPU visible in every
   // process (CUDA_VISIBLE_DEVICES lists them all; `device` indexes this process's list) and peer
-  // access between them; DCPMLA_PEER_LANES equal on every rank.
+  // access between them.
   //
   // Errors (Error naming the argument): before any collective, bootstrap.world() outside [1, 8]
   // ("bootstrap") and `device` not a device of this process ("device"); this rank alone throws and
   // the others wait in bootstrap's all_gather, as with NcclCommunicator::join. Everything later is
-  // thrown by every rank together: unequal chunk_capacity or DCPMLA_PEER_LANES (invalid_argument
-  // naming it), two ranks in one process ("bootstrap") or on one GPU ("device"), a peer's GPU not
+  // thrown by every rank together: unequal chunk_capacity (invalid_argument naming
+  // it), two ranks in one process ("bootstrap") or on one GPU ("device"), a peer's GPU not
   // visible or not reachable ("device"), a failed allocation or IPC call. The rank where it
   // happened throws the original Error, the others the same code and argument naming that rank.
   // Faults only one rank can see (visibility, peer access, opening a mapping) are handed round by

@@ -4,10 +4,10 @@
 
 #include <string>
 
-#include "check.h"
-#include "device_plan.h"
-#include "kernels.h"
-#include "launch_plan.h"
+#include "cuda/decode/launch_plan.h"
+#include "cuda/device_plan.h"
+#include "cuda/kernels.h"
+#include "gpu/check.h"
 
 namespace dcpmla {
 namespace {

@@ -7,32 +7,11 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "dcpmla/numeric.h"
+#include "cuda/conversions.cuh"
 
 namespace dcpmla::cuda {
 
 using bf16_bits = std::uint16_t;  // a bf16 value as its raw bits
-
-// Programmatic dependent launch (launch_dependent in launch_config.h): blocks the thread until
-// the grids its launch depends on have completed and their memory is visible (a no-op for a
-// kernel launched without the attribute). asm volatile with a memory clobber: no load or store
-// is moved across it. Reads of data the previous kernel writes must not use the non-coherent
-// path (__ldg, const __restrict__ parameters) in a way the compiler could hoist above it.
-__device__ __forceinline__ void wait_for_previous_grid() {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-
-// The two bf16 values packed in a 32-bit word (element 0 in the low half), as floats.
-__device__ __forceinline__ float bf16_lo(std::uint32_t u) {
-  return __uint_as_float(u << 16);
-}
-__device__ __forceinline__ float bf16_hi(std::uint32_t u) {
-  return __uint_as_float(u & 0xffff0000u);
-}
-// The inverse: two floats rounded as float_to_bf16 does, lo in the low half.
-__device__ __forceinline__ std::uint32_t bf16_pair(float lo, float hi) {
-  return std::uint32_t(float_to_bf16(lo)) | std::uint32_t(float_to_bf16(hi)) << 16;
-}
 
 // 8 consecutive elements as floats: 16-byte aligned for bf16, 32-byte aligned for f32.
 __device__ __forceinline__ void load8(const float* p, float (&v)[8]) {

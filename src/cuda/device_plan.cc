@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "check.h"
-#include "device_plan.h"
+#include "cuda/device_plan.h"
+#include "gpu/check.h"
 
 namespace dcpmla::cuda {
 namespace {

@@ -14,8 +14,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "cuda/decode/launch_plan.h"
 #include "dcpmla/backend.h"
-#include "launch_plan.h"
 
 namespace dcpmla::cuda {
 

@@ -8,15 +8,16 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/device_plan.h"
+#include "cuda/kernel_selection.h"
 #include "dcpmla/backend.h"
-#include "device_plan.h"
 
 namespace dcpmla::cuda {
 
-// kv_write.cu: latents -> cache through slots; slots < 0 or >= capacity are skipped.
+// cache/kv_write.cu: latents -> cache through slots; slots < 0 or >= capacity are skipped.
 void write_kv(const KvWriteArgs& args, cudaStream_t s);
 
-// decode_launch.cc: validates, uploads the plan into `dp`, runs the decode tiles, then the split
+// decode/launch.cc: validates, uploads the plan into `dp`, runs the decode tiles, then the split
 // merge and the padding fill.
 void decode(const DecodeArgs& args, DevicePlan& dp, cudaStream_t s);
 
@@ -32,7 +33,7 @@ struct OutputRows {
   std::int64_t rows = 0;  // packed: the rows of each destination group
 };
 
-// decode.cu: the FMA kernel (v1), one thread block per DecodeTile.
+// The parameters of both decode kernels (decode/fma, decode/sm90), one thread block per DecodeTile.
 struct DecodeParams {
   const PlanHeader* header;       // num_tiles; blocks past it exit (null: every block runs)
   const DecodeTile* tiles;        // [num_tiles]
@@ -51,21 +52,21 @@ struct DecodeParams {
   OutputRows final_rows;  // plain out 16-byte aligned; packed send 4-byte aligned
   float* partial_out;     // [partial_rows, H, 512], 16-byte aligned
   float* partial_lse;     // [partial_rows, H]
-  // Set by launch_decode_tc for bf16 caches: the cache as a [num_blocks * block_size, 576] bf16
+  // Set by launch_sm90_decode for bf16 caches: the cache as a [num_blocks * block_size, 576] bf16
   // tensor in boxes of 64 dims x min(block_size, 64) rows, 128-byte swizzle, NaN past its end.
   CUtensorMap kv_map{};
 };
-void launch_decode_tiles(const DecodeParams& p, DType q_dtype, DType cache_dtype,
-                         std::int64_t num_tiles, cudaStream_t s);
+// decode/fma/fma_decode.cu: the FMA kernel (DecodeKernel::fma, kernel_selection.h).
+void launch_fma_decode(const DecodeParams& p, DType q_dtype, DType cache_dtype,
+                       std::int64_t num_tiles, cudaStream_t s);
 
-// decode_tc.cu: the tensor-core kernel (v3), one thread block per DecodeTile, for a bf16 query
-// and a bf16 or fp8 cache; launch_decode_tiles (v1, FMA) runs every other combination.
-// kv_shared: most KV tokens are read by several thread blocks (kv_mostly_shared).
-bool tensor_core_decode_supports(DType q_dtype, DType cache_dtype);
-void launch_decode_tc(const DecodeParams& p, DType cache_dtype, std::int64_t num_tiles,
-                      bool kv_shared, cudaStream_t s);
+// decode/sm90/sm90_decode.cu: the tensor-core kernel `kernel` (one of the sm90 kernels of
+// kernel_selection.h). kv_shared: most KV tokens are read by several thread blocks
+// (kv_mostly_shared).
+void launch_sm90_decode(const DecodeParams& p, DecodeKernel kernel, std::int64_t num_tiles,
+                        bool kv_shared, cudaStream_t s);
 
-// split_merge.cu: rows of split requests <- merge of their fp32 partials.
+// decode/split_merge.cu: rows of split requests <- merge of their fp32 partials.
 struct SplitMergeParams {
   const PlanHeader* header;  // num_merge_rows
   const MergeRow* rows;      // [header->num_merge_rows]
@@ -75,29 +76,29 @@ struct SplitMergeParams {
   OutputRows final_rows;
 };
 
-// split_merge.cu: grid for merging up to `capacity` merge rows; max_splits (the most splits of a
-// request in the plan) picks the kernel (any plan is merged right by each).
+// decode/split_merge.cu: grid for merging up to `capacity` merge rows; max_splits (the most splits
+// of a request in the plan) picks the kernel (any plan is merged right by each).
 void launch_split_merge(const SplitMergeParams& p, std::int64_t capacity, int max_splits,
                         cudaStream_t s);
 
-// fill_padding.cu: rows [header->padding_begin, header->padding_end) of the final rows <- O 0
-// and LSE -inf; the grid covers up to `row_capacity` rows.
+// decode/fill_padding.cu: rows [header->padding_begin, header->padding_end) of the final rows <- O
+// 0 and LSE -inf; the grid covers up to `row_capacity` rows.
 void launch_fill_padding(const OutputRows& final_rows, const PlanHeader* header,
                          std::int64_t row_capacity, int num_heads, cudaStream_t s);
 
-// unpack_query.cu
+// combine/unpack_query.cu
 void unpack_query(const UnpackQueryArgs& args, cudaStream_t s);
-// combine_rescale.cu (ag_rs local step)
+// combine/rescale.cu (ag_rs local step)
 void combine_rescale(const CombineRescaleArgs& args, cudaStream_t s);
-// combine_pack.cu / combine_merge.cu (a2a)
+// combine/pack.cu / combine/merge.cu (a2a)
 void combine_pack(const CombinePackArgs& args, cudaStream_t s);
 void combine_merge(const CombineMergeArgs& args, cudaStream_t s);
-// convert.cu
+// combine/convert.cu
 void convert(const ConvertArgs& args, cudaStream_t s);
-// accumulate.cu: dst[i] += src[i].
+// combine/accumulate.cu: dst[i] += src[i].
 void accumulate(float* dst, const float* src, std::size_t count, cudaStream_t s);
 
-// accumulate.cu: cudaSuccess iff this build's kernels can run on the current device.
+// combine/accumulate.cu: cudaSuccess iff this build's kernels can run on the current device.
 cudaError_t probe_kernels();
 
 }  // namespace dcpmla::cuda

@@ -3,8 +3,8 @@
 // and the head-grouped slots that layout shares with the gathered query of a DCP step.
 #pragma once
 
-#include "device_common.cuh"
-#include "kernels.h"
+#include "cuda/device_common.cuh"
+#include "cuda/kernels.h"
 
 namespace dcpmla::cuda {
 

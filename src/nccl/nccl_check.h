@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "cuda/device_scope.h"
 #include "dcpmla/error.h"
+#include "gpu/device_scope.h"
 
 namespace dcpmla::nccl {
 
@@ -23,7 +23,7 @@ void check_nccl(ncclResult_t result, const char* call, ncclComm_t comm = nullptr
 void check_cuda(int cuda_result, const char* call);
 
 // NCCL calls and the stream handed to them belong to the communicator's device.
-using DeviceScope = cuda::DeviceScope;
+using DeviceScope = gpu::DeviceScope;
 
 }  // namespace dcpmla::nccl
 

@@ -5,9 +5,9 @@
 #include <utility>
 
 #include "comm/collective_args.h"
-#include "cuda/device_scope.h"
 #include "dcpmla/error.h"
 #include "dcpmla/peer_comm.h"
+#include "gpu/device_scope.h"
 #include "peer_shared.h"
 
 namespace dcpmla {
@@ -49,11 +49,10 @@ static void exchange(const PeerCommunicator::Shared& shared, const collective::C
   p.chunk = chunk;
   p.copy_own = copy_own;
   p.vector16 = chunk % 16 == 0 && aligned16(a.send) && aligned16(a.recv);
-  p.fence_every_thread = peer::fence_every_thread();
-  p.lanes = shared.lanes > 0 ? shared.lanes : peer::lanes_for_chunk(chunk);
+  p.lanes = peer::lanes_for_chunk(chunk);
   p.chunk_capacity = shared.chunk_capacity;
   for (int r = 0; r < a.world; ++r) p.areas[r] = shared.areas[r];
-  cuda::DeviceScope on(device);
+  gpu::DeviceScope on(device);
   peer::launch_exchange(p, static_cast<cudaStream_t>(s));
 }
 

@@ -1,9 +1,7 @@
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
-#include "cuda/device_common.cuh"
-#include "cuda/launch_config.h"
+#include "gpu/grid_dependency.cuh"
+#include "gpu/launch_config.h"
 #include "peer_exchange.h"
 
 namespace dcpmla::peer {
@@ -96,7 +94,7 @@ __device__ void sum_slice(const ExchangeParams& p, const std::uint8_t* staged, S
 __global__ void __launch_bounds__(kThreads) exchange_kernel(const ExchangeParams p) {
   const int lane = blockIdx.x, t = threadIdx.x, W = p.world, me = p.rank, lanes = p.lanes;
   const RankArea& mine = p.areas[me];
-  cuda::wait_for_previous_grid();
+  gpu::wait_for_previous_grid();
   const std::uint64_t call = mine.calls[lane] + 1;
   const std::size_t slot_bytes = std::size_t(W) * p.chunk_capacity;
   const std::size_t parity = std::size_t(call & 1) * slot_bytes;
@@ -110,11 +108,11 @@ __global__ void __launch_bounds__(kThreads) exchange_kernel(const ExchangeParams
     std::uint8_t* to = p.areas[q].staging + parity + std::size_t(me) * p.chunk_capacity;
     copy_slice<true>(to, from, sl, p.vector16);
   }
-  // Every thread's stores reach the peers before any flag says they have.
-  if (p.fence_every_thread) __threadfence_system();
+  // Every thread's stores reach the peers before any flag says they have: the block's barrier
+  // orders them before the flag writers' fence.
   __syncthreads();
   if (t < W && t != me) {
-    if (!p.fence_every_thread) __threadfence_system();
+    __threadfence_system();
     store_release(p.areas[t].ready + me * kMaxLanes + lane, call);
   }
 
@@ -171,29 +169,14 @@ RankArea area_at(void* base, int world, std::size_t chunk_capacity) {
 }
 
 void launch_exchange(const ExchangeParams& p, cudaStream_t s) {
-  cuda::launch_dependent(exchange_kernel, dim3(unsigned(p.lanes)), kThreads, 0, s,
-                         "peer exchange_kernel", p);
-}
-
-bool fence_every_thread() {
-  static const bool every = [] {
-    const char* v = std::getenv("DCPMLA_PEER_FENCE");
-    return v != nullptr && std::strcmp(v, "all") == 0;
-  }();
-  return every;
+  gpu::launch_dependent(exchange_kernel, dim3(unsigned(p.lanes)), kThreads, 0, s,
+                        "peer exchange_kernel", p);
 }
 
 int lanes_for_chunk(std::size_t chunk_bytes) {
   if (chunk_bytes <= (std::size_t(256) << 10)) return 32;
   if (chunk_bytes <= (std::size_t(4) << 20)) return 64;
   return 128;
-}
-
-int lanes_from_environment() {
-  const char* v = std::getenv("DCPMLA_PEER_LANES");
-  if (v == nullptr || *v == '\0') return 0;
-  const int lanes = std::atoi(v);
-  return lanes >= 1 && lanes <= kMaxLanes ? lanes : -1;
 }
 
 }  // namespace dcpmla::peer

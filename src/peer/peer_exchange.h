@@ -11,7 +11,7 @@ namespace dcpmla::peer {
 
 constexpr int kMaxWorld = 8;
 // Thread blocks of an exchange ("lanes", at most kMaxLanes), a function of the chunk's bytes
-// (lanes_for_chunk) unless DCPMLA_PEER_LANES fixes them, so every rank picks the same for a call.
+// (lanes_for_chunk), so every rank picks the same for a call.
 // Block b owns slice b of the chunk on every rank, so its flags pair with block b of each peer.
 constexpr int kMaxLanes = 128;
 
@@ -45,7 +45,6 @@ struct ExchangeParams {
   std::size_t chunk;           // bytes
   bool copy_own;               // gather / all_to_all: copy the own chunk from send into recv
   bool vector16;               // send, recv and chunk are multiples of 16 bytes
-  bool fence_every_thread;     // every thread fences its pushes (false: only the flag writers)
   int lanes;                   // thread blocks of this call
   std::size_t chunk_capacity;  // bytes of one staging chunk
   RankArea areas[kMaxWorld];   // every rank's area
@@ -56,16 +55,8 @@ struct ExchangeParams {
 // Error(backend_failure) when the launch fails.
 void launch_exchange(const ExchangeParams& p, cudaStream_t s);
 
-// How the pushes are fenced before the flags, from DCPMLA_PEER_FENCE ("all": every thread after
-// its stores; default: only the threads that write the flags, after the block's barrier, which
-// orders the other threads' stores before their fence). Read once; for A/B timing.
-bool fence_every_thread();
 // Lanes for a chunk of this many bytes: 32 up to 256 KB (latency: fewer blocks to flag), 64 up to
-// 4 MB, 128 above (bandwidth: more stores in flight). From the collectives alone on 2 H200s
-// (bench/results/h200x2/2026-11-30-s8/call4_lanes).
+// 4 MB, 128 above (bandwidth: more stores in flight); measurements: docs/design/.
 int lanes_for_chunk(std::size_t chunk_bytes);
-// DCPMLA_PEER_LANES: 0 when unset (lanes_for_chunk decides), the number when in [1, kMaxLanes],
-// else -1. For A/B timing.
-int lanes_from_environment();
 
 }  // namespace dcpmla::peer

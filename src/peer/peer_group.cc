@@ -3,11 +3,10 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cstdlib>
 
-#include "cuda/device_scope.h"
 #include "dcpmla/error.h"
 #include "dcpmla/peer_comm.h"
+#include "gpu/device_scope.h"
 #include "peer_shared.h"
 
 namespace dcpmla {
@@ -30,7 +29,7 @@ bool all_pairs_reach(const std::vector<int>& devices, std::string* missing) {
 }
 
 void enable_peer_access(int device, int peer) {
-  cuda::DeviceScope on(device);
+  gpu::DeviceScope on(device);
   const cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
   if (e == cudaErrorPeerAccessAlreadyEnabled) {
     cudaGetLastError();  // clears the sticky-free error so later checks do not see it
@@ -40,16 +39,6 @@ void enable_peer_access(int device, int peer) {
 }
 
 }  // namespace
-
-int peer::lanes_or_throw() {
-  const int lanes = lanes_from_environment();
-  if (lanes < 0) {
-    const char* text = std::getenv("DCPMLA_PEER_LANES");
-    throw Error(ErrorCode::invalid_argument, "DCPMLA_PEER_LANES",
-                fmt::format("a number of thread blocks in [1, {}]", kMaxLanes), text ? text : "");
-  }
-  return lanes;
-}
 
 bool PeerGroup::supported(const std::vector<int>& devices) {
   std::vector<int> sorted = devices;
@@ -90,7 +79,6 @@ PeerGroup::PeerGroup(std::vector<int> devices, std::size_t chunk_capacity)
   require(all_pairs_reach(devices_, &missing), ErrorCode::unsupported, "devices",
           "peer access between every pair (NVLink or PCIe P2P)", missing);
 
-  shared_->lanes = peer::lanes_or_throw();
   const int W = world();
   shared_->chunk_capacity = (chunk_capacity + 15) / 16 * 16;
   const peer::AreaLayout layout = peer::area_layout(W, shared_->chunk_capacity);
@@ -99,7 +87,7 @@ PeerGroup::PeerGroup(std::vector<int> devices, std::size_t chunk_capacity)
       for (int q = 0; q < W; ++q) {
         if (q != r) enable_peer_access(devices_[std::size_t(r)], devices_[std::size_t(q)]);
       }
-      cuda::DeviceScope on(devices_[std::size_t(r)]);
+      gpu::DeviceScope on(devices_[std::size_t(r)]);
       void* base = nullptr;
       DCPMLA_CUDA_CHECK(cudaMalloc(&base, layout.total_bytes));
       shared_->areas[r] = peer::area_at(base, W, shared_->chunk_capacity);
@@ -111,7 +99,7 @@ PeerGroup::PeerGroup(std::vector<int> devices, std::size_t chunk_capacity)
   } catch (...) {
     for (int r = 0; r < W; ++r) {
       if (shared_->areas[r].staging == nullptr) continue;
-      cuda::DeviceScope on(devices_[std::size_t(r)]);
+      gpu::DeviceScope on(devices_[std::size_t(r)]);
       cudaFree(shared_->areas[r].staging);
     }
     throw;

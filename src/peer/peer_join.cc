@@ -13,9 +13,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "cuda/device_scope.h"
 #include "dcpmla/error.h"
 #include "dcpmla/peer_comm.h"
+#include "gpu/device_scope.h"
 #include "peer_shared.h"
 
 namespace dcpmla {
@@ -36,7 +36,6 @@ struct Record {
   std::uint64_t chunk_capacity;  // as passed to join
   std::int64_t pid;
   std::uint64_t process_token;  // tells processes apart where pids repeat (PID namespaces)
-  std::int32_t lanes;
   char pci_bus_id[32];
   Failure failure;
 };
@@ -76,7 +75,7 @@ std::exception_ptr attempt(Fn fn, Failure& out) {
 // its own, then a host synchronisation. fp8_e4m3 is the one-byte type (NCCL moves it as uint8).
 std::vector<Record> all_gather_records(Communicator& bootstrap, int device, const Record& mine) {
   const std::size_t W = std::size_t(bootstrap.world());
-  cuda::DeviceScope on(device);
+  gpu::DeviceScope on(device);
   struct Scratch {
     void* bytes = nullptr;  // [W records received][this rank's record]
     cudaStream_t stream = nullptr;
@@ -123,9 +122,6 @@ void check_agreement(const std::vector<Record>& all) {
             "chunk_capacity",
             fmt::format("the same on every rank ({} bytes on rank 0)", first.chunk_capacity),
             fmt::format("{} bytes on rank {}", all[r].chunk_capacity, r));
-    require(all[r].lanes == first.lanes, ErrorCode::invalid_argument, "DCPMLA_PEER_LANES",
-            fmt::format("the same on every rank ({} on rank 0)", first.lanes),
-            fmt::format("{} on rank {}", all[r].lanes, r));
   }
   for (std::size_t r = 0; r < all.size(); ++r) {
     for (std::size_t q = r + 1; q < all.size(); ++q) {
@@ -191,7 +187,7 @@ std::unique_ptr<PeerCommunicator> PeerCommunicator::join(Communicator& bootstrap
   DCPMLA_CUDA_CHECK(cudaGetDeviceCount(&count));
   require(device >= 0 && device < count, ErrorCode::out_of_range, "device",
           fmt::format("a CUDA device index in [0, {})", count), std::to_string(device));
-  cuda::DeviceScope on(device);
+  gpu::DeviceScope on(device);
 
   // Released by its destructor if anything below throws.
   std::unique_ptr<PeerCommunicator> comm(
@@ -208,7 +204,6 @@ std::unique_ptr<PeerCommunicator> PeerCommunicator::join(Communicator& bootstrap
         mine.chunk_capacity = chunk_capacity;
         mine.pid = std::int64_t(::getpid());
         mine.process_token = process_token();
-        mine.lanes = shared.lanes = peer::lanes_or_throw();
         DCPMLA_CUDA_CHECK(cudaDeviceGetPCIBusId(mine.pci_bus_id, sizeof mine.pci_bus_id, device));
         shared.chunk_capacity = (chunk_capacity + 15) / 16 * 16;
         const peer::AreaLayout layout = peer::area_layout(W, shared.chunk_capacity);

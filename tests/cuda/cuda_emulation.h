@@ -1,5 +1,6 @@
 // A host emulation of the few CUDA builtins the decode kernel uses, so that the kernel's own
-// source (src/cuda/decode_kernel.cuh, compiled as plain C++ with DCPMLA_EMULATE) runs on the CPU:
+// source (src/cuda/decode/fma/fma_kernel.cuh, compiled as plain C++ with DCPMLA_EMULATE) runs on
+// the CPU:
 // one OS thread per CUDA thread, std::barrier for __syncthreads and __syncwarp, shuffles through
 // a per-warp exchange buffer. Slow, but it checks indexing, masking, barriers and the online
 // softmax of the real kernel source without a GPU (and under ASan / UBSan / TSan).
@@ -20,6 +21,8 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "dcpmla/numeric.h"
 
 #define __launch_bounds__(...)
 
@@ -163,3 +166,14 @@ inline unsigned __float_as_uint(float f) {
 }
 using std::max;
 using std::min;
+
+// The PTX wrappers both decode kernels use that have no effect or a plain C++ equivalent here
+// (tc_emulation.h adds those of the sm90 decode).
+namespace dcpmla::cuda {
+inline std::uint32_t pack_bf16x2(float lo, float hi) {
+  return std::uint32_t(dcpmla::float_to_bf16(lo)) | std::uint32_t(dcpmla::float_to_bf16(hi)) << 16;
+}
+}  // namespace dcpmla::cuda
+namespace dcpmla::cuda::hopper {
+inline void cp_async_wait_all() {}  // the emulated copies complete at once
+}  // namespace dcpmla::cuda::hopper

@@ -1,4 +1,4 @@
-// The real decode kernel source (src/cuda/decode_kernel.cuh) run on the CPU through a host
+// The real decode kernel source (src/cuda/decode/fma/fma_kernel.cuh) run on the CPU through a host
 // emulation of threads, barriers and shuffles (cuda_emulation.h): no GPU needed. Checks every
 // (q, cache, out) dtype instantiation against the CPU backend, and that the flattened and the
 // native form give the same bits. Built with the sanitizers, it also checks every shared and
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <memory>
 
-#include "cuda/decode_kernel.cuh"
+#include "cuda/decode/fma/fma_kernel.cuh"
 #include "emulated_decode.h"
 
 namespace dcpmla::cuda {
@@ -21,7 +21,7 @@ using namespace emulated;
 template <class QS, CacheKind C>
 void run_kernel(const DecodeParams& p, int num_tiles) {
   dcpmla_emu::run_grid(num_tiles, 256, Layout<QS, KStore<C>>::kBytes,
-                       [&] { decode_kernel<QS, C>(p); });
+                       [&] { fma_decode_kernel<QS, C>(p); });
 }
 
 void run_tiles(const testing::ScenarioSpec& spec, const TileRun& run) {

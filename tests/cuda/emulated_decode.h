@@ -10,8 +10,8 @@
 #include <memory>
 #include <vector>
 
+#include "cuda/decode/launch_plan.h"
 #include "cuda/kernels.h"
-#include "cuda/launch_plan.h"
 #include "dcpmla/cpu_backend.h"
 #include "dcpmla/merge.h"
 #include "dcpmla/plan.h"

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/launch_plan.h"
+#include "cuda/decode/launch_plan.h"
 #include "dcpmla/error.h"
 #include "dcpmla/plan.h"
 #include "dcpmla/testing/scenario.h"

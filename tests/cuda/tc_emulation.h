@@ -1,6 +1,6 @@
 // A host emulation of the sm_90a instructions the tensor-core decode kernels use (on top of
 // cuda_emulation.h's threads, __syncthreads, __syncwarp and shuffles), so that their own source
-// (src/cuda/decode_ws_kernel.cuh and what it includes, compiled as plain C++ with DCPMLA_EMULATE)
+// (src/cuda/decode/sm90/kernel.cuh and what it includes, compiled as plain C++ with DCPMLA_EMULATE)
 // runs on the CPU, one OS thread per CUDA thread:
 //
 //   shared addresses   byte offsets into the block's emulated shared memory (bounds-checked)
@@ -531,18 +531,18 @@ inline void wgmma_m64n32k16_ss_ta(float (&d)[16], std::uint64_t a, std::uint64_t
   dcpmla_emu::wgmma<32>(d, a, b, acc, true, false);
 }
 
+inline void cp_async16_line(std::uint32_t dst, const void* src) {
+  dcpmla_emu::check_operand_write(dst, 16);
+  std::memcpy(dcpmla_emu::shared_at(dst, 16), src, 16);
+}
+
 }  // namespace dcpmla::cuda::hopper
 
-namespace dcpmla::cuda::tc {
+namespace dcpmla::cuda::sm90 {
 
 inline std::uint32_t smem_addr(const void* p) {
   return dcpmla_emu::shared_address(p);
 }
-inline void cp_async16(std::uint32_t dst, const void* src) {
-  dcpmla_emu::check_operand_write(dst, 16);
-  std::memcpy(dcpmla_emu::shared_at(dst, 16), src, 16);
-}
-inline void cp_async_wait_all() {}
 inline void st_shared16(std::uint32_t dst, uint4 v) {
   dcpmla_emu::check_operand_write(dst, 16);
   std::memcpy(dcpmla_emu::shared_at(dst, 16), &v, 16);
@@ -560,9 +560,6 @@ inline void st_shared4(std::uint32_t dst, std::uint32_t v) {
   dcpmla_emu::check_operand_write(dst, 4);
   std::memcpy(dcpmla_emu::shared_at(dst, 4), &v, 4);
 }
-inline std::uint32_t pack_bf16x2(float lo, float hi) {
-  return std::uint32_t(dcpmla::float_to_bf16(lo)) | std::uint32_t(dcpmla::float_to_bf16(hi)) << 16;
-}
 inline float fast_exp2(float x) {
   const float r = std::exp2(x);
   return std::fpclassify(r) == FP_SUBNORMAL ? 0.0f : r;  // ftz
@@ -574,4 +571,4 @@ inline void named_barrier_arrive(int id, int threads) {
   dcpmla_emu::named_barrier(id, threads, false);
 }
 
-}  // namespace dcpmla::cuda::tc
+}  // namespace dcpmla::cuda::sm90

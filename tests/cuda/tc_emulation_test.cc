@@ -1,7 +1,7 @@
-// The tensor-core decode kernels' own source (src/cuda/decode_ws_kernel.cuh with its narrow tiles,
-// bulk tensor copies, mbarriers, named barriers and wgmma) run on the CPU through a host emulation
-// of those instructions (tc_emulation.h): no GPU needed. Checks the kernels against the CPU
-// backend on ragged DCP batches (poisoned pages, several KV tiles a walk, split and unsplit,
+// The tensor-core decode kernels' own source (src/cuda/decode/sm90/kernel.cuh with its narrow
+// tiles, bulk tensor copies, mbarriers, named barriers and wgmma) run on the CPU through a host
+// emulation of those instructions (tc_emulation.h): no GPU needed. Checks the kernels against the
+// CPU backend on ragged DCP batches (poisoned pages, several KV tiles a walk, split and unsplit,
 // narrow, partial and whole tiles), that the flattened and native forms give the same bits, and,
 // through the emulation's own checks, that no barrier deadlocks or is misused, that no MMA's
 // operands change while it is in flight and that no thread overwrites an MMA's operands before it
@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "cuda/decode_ws_kernel.cuh"
+#include "cuda/decode/sm90/kernel.cuh"
 #include "emulated_decode.h"
 
 namespace dcpmla::cuda {
@@ -25,7 +25,7 @@ namespace {
 
 using namespace emulated;
 
-template <tc::Cache C, bool Bulk>
+template <sm90::Cache C, bool Bulk>
 void run_ws(const TileRun& run) {
   DecodeParams p = run.p;
   if (Bulk) {
@@ -36,18 +36,18 @@ void run_ws(const TileRun& run) {
                                               {64u, std::uint32_t(std::min(p.block_size, 64))},
                                               2u});
   }
-  dcpmla_emu::run_grid(int(run.lp.tiles.size()), ws::kThreads, ws::kSmemBytes,
-                       [&] { ws::decode_ws_kernel<C, Bulk>(p); });
+  dcpmla_emu::run_grid(int(run.lp.tiles.size()), sm90::kThreads, sm90::kSmemBytes,
+                       [&] { sm90::decode_kernel<C, Bulk>(p); });
 }
 
-// The kernel decode_tc.cu launches for the scenario's cache.
-void run_v3(const testing::ScenarioSpec& spec, const TileRun& run) {
+// The sm90 kernel sm90_decode.cu launches for the scenario's cache.
+void run_sm90(const testing::ScenarioSpec& spec, const TileRun& run) {
   if (spec.kv_dtype == DType::fp8_e4m3) {
-    run_ws<tc::Cache::fp8, false>(run);
+    run_ws<sm90::Cache::fp8, false>(run);
   } else if (bulk_copies_fit(spec.block_size)) {
-    run_ws<tc::Cache::bf16, true>(run);
+    run_ws<sm90::Cache::bf16, true>(run);
   } else {
-    run_ws<tc::Cache::bf16, false>(run);
+    run_ws<sm90::Cache::bf16, false>(run);
   }
 }
 
@@ -93,7 +93,7 @@ TEST(TensorCoreEmulation, V3MatchesCpuBackend) {
     SCOPED_TRACE(testing::describe(sc.spec) + " out " + to_string(c.out) + " rank " +
                  std::to_string(rank) + " chunk " + std::to_string(c.chunk) +
                  (rising ? " rising" : ""));
-    const Result got = emulated_decode(sc, rank, sc.batch, limits, c.out, run_v3);
+    const Result got = emulated_decode(sc, rank, sc.batch, limits, c.out, run_sm90);
     const Result want = cpu_decode(sc, rank, limits, c.out);
     // Absolute tolerances: the rising latents reach ~25, where a bf16 step is 0.125.
     const double scale = rising ? 8.0 : 1.0;
@@ -112,8 +112,8 @@ TEST(TensorCoreEmulation, FlattenedAndNativeGiveTheSameBits) {
       const Batch flat = flatten(sc.batch);
       const int rank = seed % 2;
       SCOPED_TRACE(testing::describe(sc.spec) + " rank " + std::to_string(rank));
-      const Result native = emulated_decode(sc, rank, sc.batch, limits, DType::f32, run_v3);
-      const Result flattened = emulated_decode(sc, rank, flat, limits, DType::f32, run_v3);
+      const Result native = emulated_decode(sc, rank, sc.batch, limits, DType::f32, run_sm90);
+      const Result flattened = emulated_decode(sc, rank, flat, limits, DType::f32, run_sm90);
       ASSERT_EQ(std::memcmp(native.out.data(), flattened.out.data(), native.out.size() * 4), 0);
       ASSERT_EQ(std::memcmp(native.lse.data(), flattened.lse.data(), native.lse.size() * 4), 0);
     }
@@ -131,10 +131,10 @@ TEST(TensorCoreEmulation, Uint8BoxLandsUnswizzledWithZerosPastTheTensor) {
   dcpmla_emu::run_grid(1, 32, 4096, [&] {
     if (threadIdx.x != 0) return;
     unsigned char* smem = emulated_shared_memory();
-    const std::uint32_t bar = tc::smem_addr(smem + 2048);
+    const std::uint32_t bar = sm90::smem_addr(smem + 2048);
     hopper::mbarrier_init(bar, 1);
     hopper::mbarrier_arrive_expect_tx(bar, 8 * 64);
-    hopper::bulk_tensor_load_2d(tc::smem_addr(smem + 512), &map, 128, 96, bar);  // rows 96-103
+    hopper::bulk_tensor_load_2d(sm90::smem_addr(smem + 512), &map, 128, 96, bar);  // rows 96-103
     hopper::mbarrier_wait(bar, 0);
     std::memcpy(got.data(), smem + 512, got.size());
   });
@@ -157,7 +157,7 @@ enum class Writer { waited, after_barrier, unordered };
 void overwrite_operand_after_mma(Writer writer) {
   dcpmla_emu::run_grid(1, 128, 16384, [&] {
     unsigned char* smem = emulated_shared_memory();
-    const std::uint32_t a = tc::smem_addr(smem), b = tc::smem_addr(smem + 8192);
+    const std::uint32_t a = sm90::smem_addr(smem), b = sm90::smem_addr(smem + 8192);
     float d[8];
     hopper::wgmma_m64n16k16_ss(d, hopper::smem_descriptor(a, 16, 1024),
                                hopper::smem_descriptor(b, 16, 1024), false);
@@ -166,9 +166,9 @@ void overwrite_operand_after_mma(Writer writer) {
     if (!first || writer == Writer::waited) hopper::wgmma_wait<0>();
     if (writer == Writer::after_barrier) {
       if (first) {
-        tc::named_barrier_sync(1, 128);
+        sm90::named_barrier_sync(1, 128);
       } else {
-        tc::named_barrier_arrive(1, 128);
+        sm90::named_barrier_arrive(1, 128);
       }
     }
     if (!first) return;
@@ -180,7 +180,7 @@ void overwrite_operand_after_mma(Writer writer) {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    tc::st_shared4(a, 0u);
+    sm90::st_shared4(a, 0u);
   });
 }
 

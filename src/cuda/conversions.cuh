@@ -1,0 +1,48 @@
+// The kernels' bf16 and fp8 conversions of packed words (element 0 in the low half or byte).
+#pragma once
+
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "dcpmla/numeric.h"
+
+namespace dcpmla::cuda {
+
+// The two bf16 values packed in a 32-bit word, as floats.
+__device__ __forceinline__ float bf16_lo(std::uint32_t u) {
+  return __uint_as_float(u << 16);
+}
+__device__ __forceinline__ float bf16_hi(std::uint32_t u) {
+  return __uint_as_float(u & 0xffff0000u);
+}
+// Two floats rounded as float_to_bf16 does (NaN stays NaN with its payload's high bits).
+__device__ __forceinline__ std::uint32_t bf16_pair(float lo, float hi) {
+  return std::uint32_t(float_to_bf16(lo)) | std::uint32_t(float_to_bf16(hi)) << 16;
+}
+#if !defined(DCPMLA_EMULATE)  // the host emulation (tests/cuda/cuda_emulation.h) defines it
+// Two floats rounded to nearest even in one instruction (the sm90 decode's P and output).
+__device__ __forceinline__ std::uint32_t pack_bf16x2(float lo, float hi) {
+  std::uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+#endif  // !DCPMLA_EMULATE
+
+// Two e4m3 values (the low 16 bits) -> two bf16, exact (every e4m3 value is a bf16 value), by
+// the hardware conversion (the sm90 decode's tiles).
+__device__ __forceinline__ std::uint32_t widen_fp8x2(std::uint32_t two) {
+  const __half2 h(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two & 0xffffu), __NV_E4M3));
+  const float2 f = __half22float2(h);
+  return pack_bf16x2(f.x, f.y);
+}
+// The same by dcpmla::fp8_e4m3_to_float (the FMA decode's tiles): the same bits but for the NaN
+// payload (0x7fc0 here).
+__device__ __forceinline__ std::uint32_t widen_fp8x2_exact(std::uint32_t two) {
+  const std::uint32_t lo = float_bits(fp8_e4m3_to_float(std::uint8_t(two & 0xffu))) >> 16;
+  const std::uint32_t hi = float_bits(fp8_e4m3_to_float(std::uint8_t((two >> 8) & 0xffu))) >> 16;
+  return lo | (hi << 16);
+}
+
+}  // namespace dcpmla::cuda

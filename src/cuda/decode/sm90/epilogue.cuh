@@ -1,0 +1,64 @@
+// The output of the sm90 decode, shared by the wide and narrow tiles: a pair's LSE from the final
+// m and l, its output scale, and the stores of a wide fragment's rows of O into the fp32 partials
+// or the final rows.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/decode/decode_tile.cuh"
+#include "cuda/decode/sm90/smem_layout.cuh"
+#include "cuda/decode/sm90/softmax.cuh"
+
+namespace dcpmla::cuda::sm90 {
+
+// The LSE of output item `item` into the partials or the final rows; packed: the final rows are
+// the a2a send rows (OutputRows with group_heads).
+__device__ __forceinline__ void store_lse(const DecodeParams& p, bool partial, bool packed,
+                                          std::int64_t item, float lse) {
+  if (partial) {
+    p.partial_lse[item] = lse;
+  } else if (packed) {
+    *output_lse(p.final_rows, item, output_offset(p.final_rows, item, p.num_heads)) = lse;
+  } else {
+    p.final_rows.lse[item] = lse;
+  }
+}
+
+// What O of a pair with exp-sum `total` is multiplied by (0 for a pair that saw no key).
+__device__ __forceinline__ float output_scale(const DecodeParams& p, float total) {
+  return total > 0.0f ? p.out_scale / total : 0.0f;
+}
+
+// Writes accumulator row r (0 or 1) of a 64 x 256 wgmma fragment o, times scale, at element
+// `at` (dim 2 quad of the thread's first column) of the partials or of the plain final rows:
+// columns 8 j + {0, 1}.
+__device__ __forceinline__ void store_output_row(const DecodeParams& p, bool partial,
+                                                 std::int64_t at, const float (&o)[128], int r,
+                                                 float scale) {
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    const float a = o[4 * j + 2 * r] * scale, b = o[4 * j + 2 * r + 1] * scale;
+    if (partial) {
+      *reinterpret_cast<float2*>(p.partial_out + at + 8 * j) = make_float2(a, b);
+    } else if (p.final_rows.bf16) {
+      *reinterpret_cast<std::uint32_t*>(static_cast<bf16_bits*>(p.final_rows.out) + at + 8 * j) =
+          pack_bf16x2(a, b);
+    } else {
+      *reinterpret_cast<float2*>(static_cast<float*>(p.final_rows.out) + at + 8 * j) =
+          make_float2(a, b);
+    }
+  }
+}
+
+// The same row into the packed a2a send rows (OutputRows with group_heads), from the element
+// offset `at` of its slot's column: a function of its own, so that the partials' and plain rows'
+// stores above stay free of the packed layout's branches.
+__device__ __forceinline__ void store_packed_row(const DecodeParams& p, std::int64_t at,
+                                                 const float (&o)[128], int r, float scale) {
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    store_output2(p.final_rows, at + 8 * j, o[4 * j + 2 * r] * scale, o[4 * j + 2 * r + 1] * scale);
+  }
+}
+
+}  // namespace dcpmla::cuda::sm90

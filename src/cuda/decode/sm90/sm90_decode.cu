@@ -1,0 +1,66 @@
+// Launch of the tensor-core decode kernel (kernel.cuh), with the tensor map of the
+// cache for its bulk tensor copies (bf16 caches whose block size is 16, 32 or a multiple of 64).
+#include <cudaTypedefs.h>
+
+#include "cuda/decode/launch_plan.h"
+#include "cuda/decode/sm90/kernel.cuh"
+#include "gpu/check.h"
+#include "gpu/launch_config.h"
+
+namespace dcpmla::cuda {
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    DCPMLA_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                       cudaEnableDefault, &q));
+    require(fn != nullptr && q == cudaDriverEntryPointSuccess, ErrorCode::backend_failure,
+            "cuTensorMapEncodeTiled", "the driver entry point", "not found");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  return encode;
+}
+
+// L2 promotion of the bulk copies: a box row is one 128-byte line of a token's 1152 bytes, which
+// a 256-byte promotion pairs with its neighbour (another chunk's, loaded by another box of the
+// same tile). Where each KV token is read by one thread block, no promotion runs the memory-bound
+// shapes faster; where two or more row tiles read it, 256 bytes does
+// (docs/design/decode-kernel.md). A captured CUDA graph keeps
+// the choice made at capture for every replay (it changes speed, never results).
+void encode_kv_map(DecodeParams& p, bool kv_shared) {
+  const cuuint64_t dims[2] = {cuuint64_t(kHeadDim), cuuint64_t(p.num_blocks * p.block_size)};
+  const cuuint64_t strides[1] = {cuuint64_t(kHeadDim) * 2};
+  const cuuint32_t box[2] = {64, cuuint32_t(std::min(p.block_size, sm90::kBoxRows))};
+  const cuuint32_t elem[2] = {1, 1};
+  const CUresult r = tensor_map_encoder()(
+      &p.kv_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p.cache), dims, strides,
+      box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      kv_shared ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B : CU_TENSOR_MAP_L2_PROMOTION_NONE,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA);
+  require(r == CUDA_SUCCESS, ErrorCode::backend_failure, "cuTensorMapEncodeTiled", "CUDA_SUCCESS",
+          std::to_string(int(r)));
+}
+
+}  // namespace
+
+void launch_sm90_decode(const DecodeParams& params, DecodeKernel kernel, std::int64_t num_tiles,
+                        bool kv_shared, cudaStream_t s) {
+  if (num_tiles <= 0) return;
+  DecodeParams p = params;
+  const unsigned blocks = unsigned(num_tiles);
+  if (kernel == DecodeKernel::sm90_bf16_bulk) {
+    encode_kv_map(p, kv_shared);
+    gpu::launch_with_shared_memory<sm90::decode_kernel<sm90::Cache::bf16, true>>(
+        blocks, sm90::kThreads, sm90::kSmemBytes, p, s, "decode_kernel<<<>>>");
+  } else if (kernel == DecodeKernel::sm90_bf16) {
+    gpu::launch_with_shared_memory<sm90::decode_kernel<sm90::Cache::bf16, false>>(
+        blocks, sm90::kThreads, sm90::kSmemBytes, p, s, "decode_kernel<<<>>>");
+  } else {
+    gpu::launch_with_shared_memory<sm90::decode_kernel<sm90::Cache::fp8, false>>(
+        blocks, sm90::kThreads, sm90::kSmemBytes, p, s, "decode_kernel<<<>>>");
+  }
+}
+
+}  // namespace dcpmla::cuda

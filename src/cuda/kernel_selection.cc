@@ -1,0 +1,63 @@
+#include "cuda/kernel_selection.h"
+
+#include <fmt/format.h>
+
+#include "cuda/decode/launch_plan.h"
+#include "cuda/decode/sm90/config.h"
+
+namespace dcpmla::cuda {
+
+const char* to_string(DecodeKernel k) {
+  switch (k) {
+    case DecodeKernel::none:
+      return "none";
+    case DecodeKernel::fma:
+      return "fma";
+    case DecodeKernel::sm90_bf16_bulk:
+      return "sm90_bf16_bulk";
+    case DecodeKernel::sm90_bf16:
+      return "sm90_bf16";
+    case DecodeKernel::sm90_fp8:
+      return "sm90_fp8";
+  }
+  return "?";
+}
+
+DecodeKernelChoice select_decode_kernel(const DecodeConfig& c) {
+  DecodeKernelChoice choice;
+  auto refuse = [&](std::string why) {
+    choice.why_not = std::move(why);
+    return choice;
+  };
+  if (c.q_dtype != DType::f32 && c.q_dtype != DType::bf16) {
+    return refuse(fmt::format("the query is fp32 or bf16, not {}", to_string(c.q_dtype)));
+  }
+  if (c.cache_dtype != DType::f32 && c.cache_dtype != DType::bf16 &&
+      c.cache_dtype != DType::fp8_e4m3) {
+    return refuse(fmt::format("the cache is fp32, bf16 or fp8, not {}", to_string(c.cache_dtype)));
+  }
+  if (c.num_heads < 1) return refuse(fmt::format("num_heads is >= 1, not {}", c.num_heads));
+  if (c.block_size < 1) return refuse(fmt::format("block_size is >= 1, not {}", c.block_size));
+  if (c.tile_pairs < 1 || c.tile_pairs > kTilePairs) {
+    return refuse(fmt::format("a tile holds 1 to {} pairs, not {}", kTilePairs, c.tile_pairs));
+  }
+  // The tensor cores take a bf16 query and a 16-bit or fp8 cache; everything else runs in fp32.
+  if (c.q_dtype != DType::bf16 || c.cache_dtype == DType::f32) {
+    choice.kernel = DecodeKernel::fma;
+    return choice;
+  }
+  if (c.cache_dtype == DType::fp8_e4m3) {
+    choice.kernel = DecodeKernel::sm90_fp8;
+  } else {
+    choice.kernel =
+        bulk_copies_fit(c.block_size) ? DecodeKernel::sm90_bf16_bulk : DecodeKernel::sm90_bf16;
+  }
+  if (sm90::kNarrowPairs >= 16 && c.tile_pairs <= 16) {
+    choice.narrow_pairs = 16;
+  } else if (sm90::kNarrowPairs >= 32 && c.tile_pairs <= 32) {
+    choice.narrow_pairs = 32;
+  }
+  return choice;
+}
+
+}  // namespace dcpmla::cuda

@@ -1,0 +1,38 @@
+// Which decode kernel runs for a configuration, or why none does: the one place that decides it
+// (decode/launch.cc launches what it says). Plain C++, unit-tested without a GPU.
+#pragma once
+
+#include <string>
+
+#include "dcpmla/types.h"
+
+namespace dcpmla::cuda {
+
+enum class DecodeKernel {
+  none,            // the configuration is not supported
+  fma,             // decode/fma: fp32 FMA, for an f32 query or an f32 cache
+  sm90_bf16_bulk,  // decode/sm90, bf16 cache: tiles inside the visible range by bulk tensor copies
+  sm90_bf16,       // decode/sm90, bf16 cache: tiles by the threads' copies
+  sm90_fp8,        // decode/sm90, fp8 cache: tiles by the threads' copies, widened to bf16
+};
+const char* to_string(DecodeKernel k);
+
+struct DecodeConfig {
+  DType q_dtype = DType::bf16;
+  DType cache_dtype = DType::bf16;
+  int num_heads = 1;
+  int block_size = 1;
+  int tile_pairs = 64;  // (row, head) pairs of one thread block's tile, 1 .. 64
+};
+
+struct DecodeKernelChoice {
+  DecodeKernel kernel = DecodeKernel::none;
+  // sm90 kernels: the tile runs the narrow form of this many pairs (0: the wide form).
+  int narrow_pairs = 0;
+  std::string why_not;  // kernel none: why the configuration is not supported
+  bool supported() const { return kernel != DecodeKernel::none; }
+};
+
+DecodeKernelChoice select_decode_kernel(const DecodeConfig& config);
+
+}  // namespace dcpmla::cuda

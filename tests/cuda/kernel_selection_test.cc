@@ -1,0 +1,59 @@
+// The decode kernel selection (host only, no GPU needed): which kernel each configuration runs,
+// the narrow form for tiles of at most 16 pairs, and why unsupported configurations are refused.
+#include "cuda/kernel_selection.h"
+
+#include <gtest/gtest.h>
+
+namespace dcpmla::cuda {
+namespace {
+
+DecodeKernelChoice pick(DType q, DType cache, int block_size = 64, int tile_pairs = 64) {
+  return select_decode_kernel({q, cache, 16, block_size, tile_pairs});
+}
+
+TEST(KernelSelection, Bf16QueryRunsTheTensorCoreKernels) {
+  EXPECT_EQ(pick(DType::bf16, DType::bf16).kernel, DecodeKernel::sm90_bf16_bulk);
+  EXPECT_EQ(pick(DType::bf16, DType::bf16, 16).kernel, DecodeKernel::sm90_bf16_bulk);
+  EXPECT_EQ(pick(DType::bf16, DType::bf16, 128).kernel, DecodeKernel::sm90_bf16_bulk);
+  // Pages that neither hold whole 64-row boxes nor fit evenly in one: the threads' copies.
+  EXPECT_EQ(pick(DType::bf16, DType::bf16, 1).kernel, DecodeKernel::sm90_bf16);
+  EXPECT_EQ(pick(DType::bf16, DType::bf16, 48).kernel, DecodeKernel::sm90_bf16);
+  EXPECT_EQ(pick(DType::bf16, DType::fp8_e4m3).kernel, DecodeKernel::sm90_fp8);
+  EXPECT_EQ(pick(DType::bf16, DType::fp8_e4m3, 16).kernel, DecodeKernel::sm90_fp8);
+}
+
+TEST(KernelSelection, F32QueryOrCacheRunsTheFmaKernel) {
+  for (DType cache : {DType::f32, DType::bf16, DType::fp8_e4m3}) {
+    const DecodeKernelChoice c = pick(DType::f32, cache);
+    EXPECT_EQ(c.kernel, DecodeKernel::fma) << to_string(cache);
+    EXPECT_EQ(c.narrow_pairs, 0);
+    EXPECT_TRUE(c.why_not.empty());
+  }
+  EXPECT_EQ(pick(DType::bf16, DType::f32).kernel, DecodeKernel::fma);
+}
+
+TEST(KernelSelection, TilesOfAtMost16PairsRunTheNarrowForm) {
+  EXPECT_EQ(pick(DType::bf16, DType::bf16, 64, 1).narrow_pairs, 16);
+  EXPECT_EQ(pick(DType::bf16, DType::fp8_e4m3, 64, 16).narrow_pairs, 16);
+  EXPECT_EQ(pick(DType::bf16, DType::bf16, 64, 17).narrow_pairs, 0);
+  EXPECT_EQ(pick(DType::bf16, DType::bf16, 64, 32).narrow_pairs, 0);
+  EXPECT_EQ(pick(DType::bf16, DType::bf16, 64, 64).narrow_pairs, 0);
+}
+
+TEST(KernelSelection, UnsupportedConfigurationsSayWhy) {
+  const DecodeKernelChoice q = pick(DType::fp8_e4m3, DType::bf16);
+  EXPECT_FALSE(q.supported());
+  EXPECT_EQ(q.why_not, "the query is fp32 or bf16, not fp8");
+  const DecodeKernelChoice cache = pick(DType::bf16, DType::i32);
+  EXPECT_FALSE(cache.supported());
+  EXPECT_EQ(cache.why_not, "the cache is fp32, bf16 or fp8, not int32");
+  EXPECT_FALSE(select_decode_kernel({DType::bf16, DType::bf16, 0, 64, 64}).supported());
+  EXPECT_FALSE(pick(DType::bf16, DType::bf16, 0).supported());
+  const DecodeKernelChoice tile = pick(DType::bf16, DType::bf16, 64, 65);
+  EXPECT_FALSE(tile.supported());
+  EXPECT_EQ(tile.why_not, "a tile holds 1 to 64 pairs, not 65");
+  EXPECT_STREQ(to_string(DecodeKernel::sm90_fp8), "sm90_fp8");
+}
+
+}  // namespace
+}  // namespace dcpmla::cuda
