@@ -88,8 +88,7 @@ void write_npy_seeds(const fs::path& dir) {
        npy_raw("{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 4), }",
                four));
   save(dir / "zero-extent.npy",
-       npy_raw("{'descr': '<i8', 'fortran_order': False, 'shape': (0, 9223372036854775807), }",
-               Bytes{}));
+       npy_raw("{'descr': '<i8', 'fortran_order': False, 'shape': (3, 0, 1000000), }", Bytes{}));
   Bytes truncated = npy_of(npy::Dtype::i4, {3}, std::vector<std::int32_t>{1, 2, 3});
   truncated.resize(truncated.size() - 2);
   save(dir / "truncated-data.npy", truncated);
