@@ -3,8 +3,9 @@
 # Skips apt entirely when everything is already there. CUDA is optional: with nvcc on PATH
 # (or at /usr/local/cuda/bin) the CUDA backend is built as well.
 set -euo pipefail
+# clang and its runtime libraries (libFuzzer, ASan, UBSan) build the fuzz targets (tests/fuzz).
 packages=(cmake ninja-build g++ libfmt-dev libcli11-dev nlohmann-json3-dev libgtest-dev
-          libgmock-dev libbenchmark-dev clang-format)
+          libgmock-dev libbenchmark-dev clang-format clang libclang-rt-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

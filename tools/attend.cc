@@ -47,8 +47,28 @@ std::string field(const std::string& key) {
   return fmt::format("{}: {}", kConfig, key);
 }
 
+// Appends v as dump() writes it, stopping once `out` is longer than `limit`. dump() itself recurses
+// once per nesting level, so a deeply nested config.json would overflow the stack; here the
+// depth is bounded by the limit, as every level first appends a bracket.
+void append_excerpt(const json& v, std::string& out, std::size_t limit) {
+  if (!v.is_structured()) {
+    out += v.dump();
+    return;
+  }
+  const bool array = v.is_array();
+  out += array ? '[' : '{';
+  bool first = true;
+  for (auto it = v.begin(); it != v.end() && out.size() <= limit; ++it, first = false) {
+    if (!first) out += ',';
+    if (!array) out += json(it.key()).dump() + ':';
+    append_excerpt(it.value(), out, limit);
+  }
+  out += array ? ']' : '}';
+}
+
 std::string show(const json& v) {
-  std::string s = v.dump();
+  std::string s;
+  append_excerpt(v, s, 60);
   return s.size() > 60 ? s.substr(0, 57) + "..." : s;
 }
 

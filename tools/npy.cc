@@ -316,13 +316,17 @@ Array parse(std::span<const std::uint8_t> file, const std::string& what) {
   Array a;
   a.dtype = *dtype;
   a.shape = shape_v->items;
-  // numel * itemsize without overflow: bounded by what is left of the file.
+  // numel * itemsize without overflow: bounded by what is left of the file. The non-zero extents
+  // are bounded even when another extent is 0 (as numpy does), so that numel() of any array read
+  // here, and writing it back, cannot overflow.
   const std::size_t data_bytes = file.size() - prefix - std::size_t(header_len);
   std::uint64_t need = itemsize(a.dtype);
   bool zero = false;
-  for (auto d : a.shape) zero = zero || d == 0;
   for (auto d : a.shape) {
-    if (zero) break;
+    if (d == 0) {
+      zero = true;
+      continue;
+    }
     if (std::uint64_t(d) > std::numeric_limits<std::uint64_t>::max() / need ||
         need * std::uint64_t(d) > (std::uint64_t(1) << 62)) {
       fail(ErrorCode::invalid_argument, what, "a shape of a plausible size", shape_string(a.shape));

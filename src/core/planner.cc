@@ -169,6 +169,18 @@ Plan make_plan(const Batch& batch, const PlanConfig& config) {
       plan.work.push_back({b, row_begin, Q, 0, std::int32_t(local), -1});
       continue;
     }
+    // Partial rows are indexed with int32 (WorkItem::partial_row, SplitMerge::first_partial_row).
+    // Only this rank's split can exceed it; its workspace (over 4 TiB per head) could not be
+    // allocated either, so no group runs such a plan.
+    constexpr std::int64_t kMaxPartialRows = std::numeric_limits<std::int32_t>::max();
+    if (plan.num_partial_rows + splits * Q > kMaxPartialRows) {
+      throw Error(ErrorCode::out_of_range, "limits",
+                  fmt::format("a KV split of at most {} partial rows (splits x Q summed over the "
+                              "split requests; split less or plan fewer rows at once)",
+                              kMaxPartialRows),
+                  fmt::format("{} after request {} ({} splits x {} rows)",
+                              plan.num_partial_rows + splits * Q, b, splits, Q));
+    }
     const auto first = std::int32_t(plan.num_partial_rows);
     for (std::int64_t s = 0; s < splits; ++s) {
       const auto begin = s * chunk;
@@ -178,6 +190,17 @@ Plan make_plan(const Batch& batch, const PlanConfig& config) {
     }
     plan.merges.push_back({b, row_begin, Q, std::int32_t(splits), first});
     plan.num_partial_rows += splits * Q;
+  }
+  // decode_workspace_bytes must not wrap around (a backend would under-allocate).
+  constexpr std::uint64_t kRowHeadBytes = (kLatentDim + 1) * sizeof(float);
+  const auto partial = std::uint64_t(plan.num_partial_rows);
+  constexpr std::uint64_t kMaxBytes = std::numeric_limits<std::size_t>::max();
+  if (partial && std::uint64_t(config.num_heads) > kMaxBytes / kRowHeadBytes / partial) {
+    throw Error(ErrorCode::out_of_range, "num_heads",
+                fmt::format("a split-KV workspace of partial rows x num_heads x {} bytes that "
+                            "fits in size_t ({} partial rows)",
+                            kRowHeadBytes, partial),
+                std::to_string(config.num_heads));
   }
   return plan;
 }

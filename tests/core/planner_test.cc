@@ -466,5 +466,57 @@ TEST(Planner, EmptyBatch) {
   EXPECT_EQ(pad.row_request, (std::vector<std::int32_t>{-1, -1, -1}));
 }
 
+// One request of Q rows and T tokens in blocks of one token on a single rank, cut into chunks of
+// `chunk` blocks: Q * ceil(T / chunk) partial rows.
+std::pair<Batch, PlanConfig> long_split_request(int Q, std::int64_t T, int chunk, int heads) {
+  Batch b;
+  b.query_start_loc = {0, Q};
+  b.total_len = {T};
+  b.max_blocks = std::int32_t(T);
+  b.block_table.resize(std::size_t(T));
+  for (std::size_t i = 0; i < b.block_table.size(); ++i) b.block_table[i] = std::int32_t(i);
+  PlanConfig c;
+  c.sharding = {1, 0, 1};
+  c.num_heads = heads;
+  c.block_size = 1;
+  c.num_blocks = T;
+  c.limits.kv_chunk_blocks = chunk;
+  return {b, c};
+}
+
+// Partial rows are int32 indices: a split needing more is refused, never wrapped to negative rows.
+TEST(Planner, PartialRowsBeyondInt32AreRefused) {
+  const auto [b, c] = long_split_request(65536, 165536, 3, 1);  // 55179 splits x 65536 rows
+  try {
+    make_plan(b, c);
+    FAIL() << "a plan with more than 2^31 - 1 partial rows was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::out_of_range);
+    EXPECT_EQ(e.argument(), "limits");
+    EXPECT_NE(std::string(e.what()).find("55179 splits x 65536 rows"), std::string::npos)
+        << e.what();
+  }
+  const auto [b2, c2] = long_split_request(65536, 165536, 6, 1);  // 27590 splits fit
+  const Plan plan = make_plan(b2, c2);
+  EXPECT_EQ(plan.num_partial_rows, std::int64_t(27590) * 65536);
+  for (const auto& w : plan.work) EXPECT_GE(w.partial_row, 0);
+}
+
+// The workspace size is partial rows x heads x 2052 bytes: a product that would wrap is refused
+// (a backend would otherwise allocate a few bytes and write far past them).
+TEST(Planner, WorkspaceBytesThatWouldWrapAreRefused) {
+  const auto [b, c] = long_split_request(65536, 65536, 8, 1 << 30);  // 8192 splits x 65536 rows
+  try {
+    make_plan(b, c);
+    FAIL() << "a plan whose workspace size wraps was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::out_of_range);
+    EXPECT_EQ(e.argument(), "num_heads");
+  }
+  const auto [b1, c1] = long_split_request(65536, 65536, 8, 128);
+  const Plan plan = make_plan(b1, c1);
+  EXPECT_EQ(decode_workspace_bytes(plan), std::size_t(8192) * 65536 * 128 * 513 * 4);
+}
+
 }  // namespace
 }  // namespace dcpmla

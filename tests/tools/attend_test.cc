@@ -447,6 +447,28 @@ TEST(ToolsAttendCli, BadCommandLinesExitWithStatus2) {
   fs::remove_all(dir);
 }
 
+// A config.json nested far deeper than any real one is refused with an excerpt of the value;
+// quoting it must not recurse once per level (which overflowed the stack).
+TEST(ToolsAttendCli, DeeplyNestedConfigIsRefused) {
+  const sim::Scenario sc = scenario({1, DType::f32, KvForm::latents});
+  const fs::path dir = temp_dir("deep_config");
+  write_case(sc, dir, KvForm::latents);
+  constexpr std::size_t kDepth = 400000;
+  const std::string nested = std::string(kDepth, '[') + std::string(kDepth, ']');
+  for (const std::string& text : {nested, "{\"world\": " + nested + "}"}) {
+    write_text(dir / "config.json", text);
+    try {
+      tool::load_case(dir);
+      ADD_FAILURE() << "a nested config.json was accepted";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("[[[[[[[["), std::string::npos) << msg;
+      EXPECT_LT(msg.size(), 300u) << msg;
+    }
+  }
+  fs::remove_all(dir);
+}
+
 TEST(ToolsCheck, EveryVectorPasses) {
   const auto rows = tool::run_checks({.threads = 2, .print = false});
   EXPECT_GE(rows.size(), 25u);

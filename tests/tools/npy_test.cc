@@ -141,6 +141,24 @@ TEST(ToolsNpy, RejectsBadFilesWithClearErrors) {
   expect_rejected(long_header, {"header of 32767 bytes"});
 }
 
+// An extent of 0 makes the array empty but does not excuse the other extents: their product
+// must still be plausible, so numel() and writing the array back cannot overflow.
+TEST(ToolsNpy, ZeroExtentDoesNotHideAnOversizedShape) {
+  const Array a = parse(
+      file_with_header("{'descr': '<i8', 'fortran_order': False, 'shape': (0, 1000000), }", 0),
+      "x.npy");
+  EXPECT_EQ(a.numel(), 0);
+  expect_rejected(
+      file_with_header(
+          "{'descr': '<i8', 'fortran_order': False, 'shape': (93302, 72428567, 7272, 68547, 0), }",
+          0),
+      {"plausible size", "(93302, 72428567, 7272, 68547, 0)"});
+  expect_rejected(
+      file_with_header(
+          "{'descr': '<u1', 'fortran_order': False, 'shape': (0, 9223372036854775807), }", 0),
+      {"plausible size"});
+}
+
 // Random corruption of a valid file's header or length: parsed, or rejected with Error, never a
 // crash or an out-of-bounds read (run under DCPMLA_SANITIZE to check the latter).
 TEST(ToolsNpy, SurvivesCorruptedFiles) {
