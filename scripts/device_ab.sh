@@ -46,10 +46,14 @@ export PATH="/usr/local/cuda/bin:$PATH"
 commit=$(cat "$dir/COMMIT" 2>/dev/null || echo unknown)
 log() { echo "== [${SECONDS}s] $*" | tee -a "$OUT/summary.txt"; }
 
+JOBS=$(nproc 2>/dev/null || echo 8)
+# shellcheck source=scripts/device_deps.sh
+source "$(dirname "$0")/device_deps.sh"
 for v in "${variants[@]}"; do
   [ "$v" = "$validate" ] && continue
   (cd "$dir/$v" && cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDCPMLA_CUDA=ON \
-    -DDCPMLA_BUILD_TESTS=OFF -DDCPMLA_BUILD_BENCH=ON -DDCPMLA_NCCL=OFF > "$OUT/${v}_cmake.log" 2>&1 &&
+    -DDCPMLA_BUILD_TESTS=OFF -DDCPMLA_BUILD_BENCH=ON -DDCPMLA_NCCL=OFF \
+    ${prefix_arg[@]+"${prefix_arg[@]}"} > "$OUT/${v}_cmake.log" 2>&1 &&
     cmake --build build-gpu --target dcpmla_gpu_bench > "$OUT/${v}_build.log" 2>&1
   echo "$v build rc $?" >> "$OUT/summary.txt") &
 done

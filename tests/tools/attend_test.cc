@@ -450,7 +450,7 @@ TEST(ToolsAttendCli, BadCommandLinesExitWithStatus2) {
 // A config.json nested far deeper than any real one is refused with an excerpt of the value;
 // quoting it must not recurse once per level (which overflowed the stack).
 TEST(ToolsAttendCli, DeeplyNestedConfigIsRefused) {
-  const sim::Scenario sc = scenario({1, DType::f32, KvForm::latents});
+  const testing::Scenario sc = scenario({1, DType::f32, KvForm::latents});
   const fs::path dir = temp_dir("deep_config");
   write_case(sc, dir, KvForm::latents);
   constexpr std::size_t kDepth = 400000;

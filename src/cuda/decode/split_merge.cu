@@ -1,6 +1,7 @@
 // Split-KV merge: every row of a split request <- the merge of its fp32 partials, with the shared
 // merge algebra's rules (dcpmla/merge.h): an empty partial (LSE -inf) has weight 0 and its payload
-// is never read; a row whose partials are all empty gets O = 0 and LSE = -inf.
+// is never read; a row whose partials are all empty gets O = 0 and LSE = -inf; a poisoned partial
+// (LSE NaN or +inf) makes the row O = NaN, LSE = NaN.
 //
 // Two kernels; each merges any plan right, the launch picks by the plan's largest split count.
 // - Few splits (the batched shapes, 2-15 splits a request): one warp per (merge row, head) item.
@@ -38,6 +39,19 @@ constexpr int kWarpSplits = 16;  // below this many splits of every request: a w
 constexpr int kWarpBatch = 4;    // splits a lane loads at once (16 float4 in flight)
 constexpr int kWarpItemsPerBlock = 8;
 constexpr unsigned kMaxMergeThreads = 256u * 2048u;  // a full device of 256 SMs
+
+// A split's LSE as a term of the max: a poisoned one (NaN or +inf, SPEC section 5) as +inf, so the
+// max of the row says whether the merge is poisoned.
+__device__ __forceinline__ float max_term(float lse) {
+  return merge::poisoned_lse(lse) ? INFINITY : lse;
+}
+
+// The merged LSE from the max term and the exp-sum: NaN when a split was poisoned, -inf when all
+// were empty.
+__device__ __forceinline__ float merged_lse(float max_term, float sum) {
+  if (max_term == INFINITY) return NAN;
+  return sum > 0.0f ? max_term + logf(sum) : -INFINITY;
+}
 
 template <int Threads>
 __device__ float block_reduce(float v, bool is_max, float* scratch) {
@@ -81,16 +95,14 @@ __global__ void __launch_bounds__(Groups* kDimThreads / Parts)
 
     float mx = -INFINITY;
     for (int r = threadIdx.x; r < m.num_splits; r += kThreads)
-      mx = fmaxf(mx, merge::sanitize_lse(lse[r * stride]));
+      mx = fmaxf(mx, max_term(lse[r * stride]));
     mx = block_reduce<kThreads>(mx, true, scratch);
     float sum = 0.0f;
-    if (mx != -INFINITY) {
-      for (int r = threadIdx.x; r < m.num_splits; r += kThreads) {
-        sum += expf(merge::sanitize_lse(lse[r * stride]) - mx);
-      }
+    if (mx != -INFINITY && mx != INFINITY) {
+      for (int r = threadIdx.x; r < m.num_splits; r += kThreads) sum += expf(lse[r * stride] - mx);
     }
     sum = block_reduce<kThreads>(sum, false, scratch);
-    const float merged = sum > 0.0f ? mx + logf(sum) : -INFINITY;
+    const float merged = merged_lse(mx, sum);
 
     const int group = int(threadIdx.x) / kPartThreads;
     const int d = 4 * (int(threadIdx.x) % kPartThreads);  // within the part
@@ -163,16 +175,14 @@ __global__ void __launch_bounds__(32 * kWarpItemsPerBlock)
     const float* lse = p.partial_lse + first;
 
     float mx = -INFINITY;
-    for (int r = lane; r < m.num_splits; r += 32)
-      mx = fmaxf(mx, merge::sanitize_lse(lse[r * stride]));
+    for (int r = lane; r < m.num_splits; r += 32) mx = fmaxf(mx, max_term(lse[r * stride]));
     for (int off = 16; off >= 1; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
     float sum = 0.0f;
-    if (mx != -INFINITY) {
-      for (int r = lane; r < m.num_splits; r += 32)
-        sum += expf(merge::sanitize_lse(lse[r * stride]) - mx);
+    if (mx != -INFINITY && mx != INFINITY) {
+      for (int r = lane; r < m.num_splits; r += 32) sum += expf(lse[r * stride] - mx);
     }
     for (int off = 16; off >= 1; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    const float merged = sum > 0.0f ? mx + logf(sum) : -INFINITY;
+    const float merged = merged_lse(mx, sum);
 
     float acc[16];
 #pragma unroll

@@ -259,7 +259,9 @@ __global__ void __launch_bounds__(kThreads, 1) fma_decode_kernel(const DecodePar
 #pragma unroll
       for (int jj = 0; jj < KPL; ++jj) {
         const int key = t0 + kg + 16 * jj;
-        sc[i][jj] = key < lim[i] ? sc[i][jj] * p.score_scale : -INFINITY;
+        // A read -inf score (an infinite element) becomes NaN: it must poison, not weigh 0.
+        sc[i][jj] =
+            key < lim[i] ? (sc[i][jj] == -INFINITY ? NAN : sc[i][jj] * p.score_scale) : -INFINITY;
         mx = fmaxf(mx, sc[i][jj]);
       }
 #pragma unroll

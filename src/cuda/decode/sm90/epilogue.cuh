@@ -24,9 +24,10 @@ __device__ __forceinline__ void store_lse(const DecodeParams& p, bool partial, b
   }
 }
 
-// What O of a pair with exp-sum `total` is multiplied by (0 for a pair that saw no key).
+// What O of a pair with exp-sum `total` is multiplied by (0 for a pair that saw no key, NaN for
+// one whose exp-sum a non-finite score poisoned).
 __device__ __forceinline__ float output_scale(const DecodeParams& p, float total) {
-  return total > 0.0f ? p.out_scale / total : 0.0f;
+  return total == 0.0f ? 0.0f : p.out_scale / total;
 }
 
 // Writes accumulator row r (0 or 1) of a 64 x 256 wgmma fragment o, times scale, at element

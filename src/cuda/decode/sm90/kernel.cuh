@@ -124,7 +124,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int t0 = tile.kv_begin + i * kKeys;
       // Mask (only tiles that reach past a row's bound: the last ones), row max over the 64 keys
       // (4 lanes of a quad hold a row) on raw scores (the scale is positive), rescale factor.
-      if (t0 + kKeys > min(lim[0], lim[1])) {
+      // A -inf score the mask keeps poisons its row: read_score in masked tiles, the minimum
+      // (a -inf among the thread's scores makes its P NaN) in the others.
+      const bool masked = t0 + kKeys > min(lim[0], lim[1]);
+      if (masked) {
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
 #pragma unroll
@@ -132,17 +135,19 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int key = t0 + 8 * j + 2 * quad + e;
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-              if (key >= lim[r]) s[4 * j + 2 * r + e] = -INFINITY;
+              float& v = s[4 * j + 2 * r + e];
+              v = key >= lim[r] ? -INFINITY : read_score(v);
             }
           }
         }
       }
-      float mx[2] = {-INFINITY, -INFINITY};
+      float mx[2] = {-INFINITY, -INFINITY}, mn[2] = {INFINITY, INFINITY};
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           mx[r] = fmaxf(mx[r], fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+          mn[r] = fminf(mn[r], fminf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
         }
       }
       float factor[2], m_use[2];
@@ -151,6 +156,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
         factor[r] = softmax_step(m[r], mx[r], scale_log2, m_use[r]);
+        if (!masked && mn[r] == -INFINITY) m_use[r] = NAN;
       }
       // P = exp2(S * scale_log2 - m): fp32 into the exp-sum (and the LSE), bf16 for the P.V MMAs.
       std::uint32_t packed[8][2];

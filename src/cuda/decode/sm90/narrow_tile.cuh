@@ -120,18 +120,22 @@ __device__ __forceinline__ void narrow_tile(const DecodeParams& p, const DecodeT
     }
     for (int i = 0; i < n; ++i) {
       const int t0 = tile.kv_begin + i * kKeys;
-      if (t0 + kKeys > lim_min) {
+      // A -inf score the mask keeps poisons its pair, as in the wide form.
+      const bool masked = t0 + kKeys > lim_min;
+      if (masked) {
 #pragma unroll
         for (int k = 0; k < kAcc; ++k) {
           const int key = t0 + key0 + 8 * ((k >> 1) & 1);
-          if (key >= lim[2 * (k >> 2) + (k & 1)]) s[k] = -INFINITY;
+          s[k] = key >= lim[2 * (k >> 2) + (k & 1)] ? -INFINITY : read_score(s[k]);
         }
       }
       // Max over the tile's keys: the 8 lanes of a quad position, then the four warps.
       float mx[kCols];
+      bool minus_inf[kCols];
 #pragma unroll
       for (int jj = 0; jj < kCols; ++jj) {
         const int j = jj >> 1, e = jj & 1;
+        minus_inf[jj] = !masked && fminf(s[4 * j + e], s[4 * j + 2 + e]) == -INFINITY;
         mx[jj] = fmaxf(s[4 * j + e], s[4 * j + 2 + e]);
         mx[jj] = fmaxf(mx[jj], __shfl_xor_sync(0xffffffffu, mx[jj], 4));
         mx[jj] = fmaxf(mx[jj], __shfl_xor_sync(0xffffffffu, mx[jj], 8));
@@ -152,6 +156,7 @@ __device__ __forceinline__ void narrow_tile(const DecodeParams& p, const DecodeT
         factor[jj] = m_new == -INFINITY ? 1.0f : exp2f(m[jj] - m_new);
         m[jj] = m_new;
         m_use[jj] = m_new == -INFINITY ? 0.0f : m_new;
+        if (minus_inf[jj]) m_use[jj] = NAN;
       }
       // P = exp2(S * scale_log2 - m) as the wide form computes it; fp32 into the scratch for the
       // exp-sum, bf16 into P.

@@ -63,10 +63,17 @@ __device__ __forceinline__ float quad_sum(float l) {
 }
 
 // The natural-log LSE of a pair from its final running max m (log2 units, scaled scores) and
-// exp-sum l: -inf for a pair that saw no key.
+// exp-sum l: -inf for a pair that saw no key (l = 0; a pair that saw one has l >= 1), NaN when a
+// score was not finite (l is NaN).
 __device__ __forceinline__ float pair_lse(float m, float l) {
   constexpr float kLn2 = 0.6931471805599453f;
-  return l > 0.0f ? (m + log2f(l)) * kLn2 : -INFINITY;
+  return l == 0.0f ? -INFINITY : (m + log2f(l)) * kLn2;
+}
+
+// A score the mask keeps but that is -inf (an infinite query or key element) would weigh 0 and
+// hide the corrupted key: as NaN it poisons the pair's exp-sum and P (SPEC section 5).
+__device__ __forceinline__ float read_score(float s) {
+  return s == -INFINITY ? NAN : s;
 }
 
 }  // namespace dcpmla::cuda::sm90
