@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -13,6 +14,7 @@
 #include "attend.h"
 #include "case_writer.h"
 #include "check.h"
+#include "cli.h"
 #include "dcpmla/cpu_backend.h"
 #include "dcpmla/error.h"
 #include "dcpmla/testing/runner.h"
@@ -445,6 +447,90 @@ TEST(ToolsAttendCli, BadCommandLinesExitWithStatus2) {
   EXPECT_NE(log.find("--combine"), std::string::npos) << log;
   EXPECT_FALSE(fs::exists(dir / "out.npy"));
   fs::remove_all(dir);
+}
+
+// Every command-line error, from any subcommand: one line in the project's format, exit status 2.
+TEST(ToolsCli, EveryBadCommandLineIsOneLineWithStatus2) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"demo --dcp 0", "--dcp (invalid argument): expected an integer in [1, 1024], got '0'"},
+      {"demo --requests 0", "--requests (invalid argument): expected an integer >= 1, got '0'"},
+      {"attend --case x --threads -5", "--threads (invalid argument): expected an integer >= 0"},
+      {"attend --case x --kv-chunk-blocks -1", "--kv-chunk-blocks (invalid argument)"},
+      {"attend", "--case (invalid argument): expected a value, got none"},
+      {"demo --threads -1", "--threads (invalid argument): expected an integer >= 0, got '-1'"},
+      {"check --threads x", "--threads (invalid argument): expected an integer >= 0, got 'x'"},
+      {"demo --block-size 2147483647",
+       "--block-size (invalid argument): expected a demo that fits"},
+      {"demo --heads 1000000", "--heads (invalid argument): expected a demo that fits"},
+      {"demo --max-context 2147483647", "--max-context (invalid argument): expected a demo that"},
+      {"demo --dcp", "--dcp (invalid argument): expected a value, got none"},
+      {"demo --no-such-option", "--no-such-option (invalid argument)"},
+      {"", "command (invalid argument): expected one of demo, check, attend, got none"},
+      {"demo --dtype fp9", "--dtype (invalid argument): expected one of"},
+  };
+  for (const auto& [args, want] : cases) {
+    std::string log;
+    EXPECT_EQ(run_tool(args, &log), 2) << args << ": " << log;
+    EXPECT_EQ(log.rfind("dcpmla: error: " + want, 0), 0u) << args << ": " << log;
+    EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << args << ": " << log;
+  }
+  std::string help;
+  EXPECT_EQ(run_tool("demo --help", &help), 0);
+  EXPECT_NE(help.find("--max-context"), std::string::npos) << help;
+}
+
+// Form (a): the tool allocates the rank caches; a block size that cannot fit is refused first,
+// naming the field.
+TEST(ToolsCli, OversizedRankCachesAreRefusedBeforeAllocating) {
+  const testing::Scenario sc = scenario({1, DType::f32, KvForm::latents});
+  const fs::path dir = temp_dir("huge_blocks");
+  write_case(sc, dir, KvForm::latents);
+  std::string config;
+  {
+    std::ifstream in(dir / "config.json");
+    config = std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  const auto at = config.find("\"block_size\"");
+  ASSERT_NE(at, std::string::npos);
+  const auto colon = config.find(':', at), end = config.find_first_of(",}", colon);
+  config.replace(colon + 1, end - colon - 1, " 67108864");
+  std::ofstream(dir / "config.json") << config;
+  std::string log;
+  EXPECT_EQ(run_tool(fmt::format("attend --case '{}'", dir.string()), &log), 2) << log;
+  EXPECT_EQ(log.rfind("dcpmla: error: config.json: block_size (invalid argument): expected rank "
+                      "caches that fit",
+                      0),
+            0u)
+      << log;
+  EXPECT_FALSE(fs::exists(dir / "out.npy"));
+  fs::remove_all(dir);
+}
+
+// attend writes out.npy and lse.npy both or neither: an lse.npy that cannot be replaced leaves
+// an earlier out.npy as it was.
+TEST(ToolsCli, OutputsAreWrittenBothOrNeither) {
+  const CaseSetup s{1, DType::f32, KvForm::latents};
+  const testing::Scenario sc = scenario(s);
+  const fs::path dir = temp_dir("both_or_neither");
+  write_case(sc, dir, s.form);
+  std::ofstream(dir / "out.npy") << "earlier";
+  fs::create_directories(dir / "lse.npy");
+  std::string log;
+  EXPECT_EQ(run_tool(fmt::format("attend --case '{}'", dir.string()), &log), 2) << log;
+  EXPECT_NE(log.find("lse.npy (backend failure): expected a regular file or nothing"),
+            std::string::npos)
+      << log;
+  std::ifstream in(dir / "out.npy");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "earlier");
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    EXPECT_EQ(entry.path().string().find(".tmp"), std::string::npos) << entry.path();
+  }
+  fs::remove_all(dir);
+}
+
+// An error message never spans two lines, whatever the input quoted in it holds.
+TEST(ToolsCli, ErrorsAreOneLine) {
+  EXPECT_EQ(tool::one_line("a\nb\tc\r\x01"), "a\\nb\\tc\\r\\x01");
 }
 
 // A config.json nested far deeper than any real one is refused with an excerpt of the value;
