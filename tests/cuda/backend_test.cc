@@ -11,6 +11,7 @@
 #include <random>
 
 #include "dcpmla/error.h"
+#include "dcpmla/merge.h"
 #include "gpu_test_support.h"
 
 namespace dcpmla {
@@ -761,8 +762,8 @@ TEST(CudaBackend, MergeReadsTheOwnPartialFromOwn) {
   }
 }
 
-// The ag_rs and a2a combine pieces and the layout kernels against the CPU backend, with -inf,
-// NaN and +inf LSE values and NaN payloads behind them.
+// The ag_rs and a2a combine pieces and the layout kernels against the CPU backend, with -inf
+// (empty), NaN and +inf (poisoned) LSE values and NaN payloads behind them.
 TEST(CudaBackend, CombineKernelsMatchCpu) {
   DCPMLA_REQUIRE_GPU();
   auto be = make_backend();
@@ -794,7 +795,18 @@ TEST(CudaBackend, CombineKernelsMatchCpu) {
          ds.tensor(DType::f32, {W, N, Hl, kLatentDim}), dl.tensor(DType::f32, {N, Hl})},
         nullptr);
     const auto send = to_host<float>(*be, ds.data(), send_cpu.size());
-    for (float x : send) ASSERT_FALSE(std::isnan(x)) << "a NaN payload behind weight 0 leaked";
+    // NaN only where this rank's partial is not empty and a NaN or +inf LSE poisons the pair's
+    // merge (SPEC section 5): a NaN payload behind a weight of 0 never leaks.
+    for (std::size_t i = 0; i < send.size(); ++i) {
+      const std::size_t pair = i / kLatentDim, dest = pair / (N * Hl), n = pair / Hl % N;
+      const std::size_t h = dest * Hl + pair % Hl;
+      bool poisoned = false;
+      for (int r = 0; r < W; ++r) {
+        poisoned = poisoned || merge::poisoned_lse(glse[(std::size_t(r) * N + n) * H + h]);
+      }
+      const bool empty = glse[(std::size_t(rank) * N + n) * H + h] == -INFINITY;
+      ASSERT_EQ(std::isnan(send[i]), poisoned && !empty) << "send[" << i << "]";
+    }
     expect_close(send, send_cpu, 1e-6, "combine_rescale send");
     expect_close(to_host<float>(*be, dl.data(), lse_cpu.size()), lse_cpu, 1e-6,
                  "combine_rescale lse");
@@ -841,7 +853,15 @@ TEST(CudaBackend, CombineKernelsMatchCpu) {
                        {}},
                       nullptr);
     const auto got = decode_values(to_host<std::uint8_t>(*be, dout.data(), out_cpu.size()), out);
-    for (float x : got) ASSERT_FALSE(std::isnan(x)) << "a NaN payload behind weight 0 leaked";
+    // NaN exactly where a peer's LSE is NaN or +inf: a NaN payload behind a weight 0 never leaks.
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const std::size_t pair = i / kLatentDim;
+      bool poisoned = false;
+      for (int w = 0; w < W; ++w) {
+        poisoned = poisoned || merge::poisoned_lse(recv_lse[std::size_t(w) * N * Hl + pair]);
+      }
+      ASSERT_EQ(std::isnan(got[i]), poisoned) << "out[" << i << "]";
+    }
     expect_close(got, decode_values(out_cpu, out), out == DType::bf16 ? 1e-2 : 1e-6,
                  "combine_merge out");
     expect_close(to_host<float>(*be, dlse.data(), lse_cpu.size()), lse_cpu, 1e-6,
