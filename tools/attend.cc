@@ -500,8 +500,7 @@ Case load_case(const fs::path& dir) {
     // The tool allocates these W caches: refused here, naming the field, when they cannot fit.
     const double cache_bytes = double(W) * double(std::max<std::int64_t>(blocks, 1)) * bs *
                                kHeadDim * double(dtype_size(cc.kv_dtype));
-    check_run_size("rank caches", cache_bytes, 0.0, 1.0,
-                   {{"config.json: block_size", double(bs), 64}});
+    check_run_size("rank caches", {{"config.json: block_size", double(bs), 64}}, cache_bytes);
   } else {
     const auto bt_a = npy::read(dir / "block_table.npy");
     check_array(bt_a, "block_table.npy", {npy::Dtype::i4, npy::Dtype::i8}, {std::int64_t(B), -1},

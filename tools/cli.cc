@@ -115,10 +115,10 @@ std::uint64_t physical_memory_bytes() {
   return std::uint64_t(pages) * std::uint64_t(page);
 }
 
-void check_run_size(const char* what, double bytes, double work, double max_work,
-                    std::initializer_list<SizeFactor> factors) {
+void check_run_size(const char* what, std::initializer_list<SizeFactor> factors, double bytes,
+                    double work, double max_work) {
   const double limit = 0.5 * double(physical_memory_bytes());
-  const bool too_big = bytes > limit, too_slow = work > max_work;
+  const bool too_big = bytes > limit, too_slow = work > 0.0 && work > max_work;
   if (!too_big && !too_slow) return;
   const SizeFactor* culprit = factors.begin();
   for (const SizeFactor& f : factors) {

@@ -36,7 +36,7 @@ struct SizeFactor {
 
 // Throws Error(invalid_argument) naming the factor furthest above its typical value when `bytes`
 // exceed half of this machine's physical memory, or `work` multiply-adds exceed `max_work`.
-void check_run_size(const char* what, double bytes, double work, double max_work,
-                    std::initializer_list<SizeFactor> factors);
+void check_run_size(const char* what, std::initializer_list<SizeFactor> factors, double bytes,
+                    double work = 0.0, double max_work = 0.0);
 
 }  // namespace dcpmla::tool

@@ -40,13 +40,14 @@ void check_demo_size(const testing::ScenarioSpec& spec) {
                        W * blocks_per_rank * spec.block_size * kHeadDim * 4.0 +
                        rows * H * (kHeadDim + 8.0 * kLatentDim) * 4.0;
   const double work = rows * H * T * (kHeadDim + kLatentDim);
-  check_run_size("a demo", bytes, work, 2e12,
+  check_run_size("a demo",
                  {{"--max-context", T, 4096},
                   {"--requests", B, 8},
                   {"--heads", H, 16},
                   {"--block-size", double(spec.block_size), 64},
                   {"--max-drafts", spec.max_drafts + 1.0, 8},
-                  {"--dcp", W, 2}});
+                  {"--dcp", W, 2}},
+                 bytes, work, 2e12);
 }
 
 int run_demo(DemoOptions o) {

@@ -37,73 +37,58 @@ bool is_collective(Op op) {
          op == Op::all_to_all_peers;
 }
 
+namespace {
+
+// Reports `call` around `enqueue`.
 template <class F>
-void ObservedBackend::observe(Op op, Stream s, F&& enqueue) {
-  const Call call{op};
-  observer_.before(call, s);
+void observe(CallObserver& observer, const Call& call, Stream s, F&& enqueue) {
+  observer.before(call, s);
   enqueue();
-  observer_.after(call, s);
+  observer.after(call, s);
 }
 
-void ObservedBackend::upload(void* dst, const void* src, std::size_t bytes, Stream s) {
-  inner_.upload(dst, src, bytes, s);
-}
-void ObservedBackend::download(void* dst, const void* src, std::size_t bytes, Stream s) {
-  inner_.download(dst, src, bytes, s);
-}
-void ObservedBackend::copy(void* dst, const void* src, std::size_t bytes, Stream s) {
-  inner_.copy(dst, src, bytes, s);
-}
-void ObservedBackend::accumulate(float* dst, const float* src, std::size_t count, Stream s) {
-  inner_.accumulate(dst, src, count, s);
-}
+}  // namespace
+
 void ObservedBackend::write_kv(const KvWriteArgs& a, Stream s) {
-  observe(Op::write_kv, s, [&] { inner_.write_kv(a, s); });
+  observe(observer_, {Op::write_kv}, s, [&] { inner_.write_kv(a, s); });
 }
 void ObservedBackend::decode(const DecodeArgs& a, Stream s) {
-  observe(Op::decode, s, [&] { inner_.decode(a, s); });
+  observe(observer_, {Op::decode}, s, [&] { inner_.decode(a, s); });
 }
 void ObservedBackend::unpack_query(const UnpackQueryArgs& a, Stream s) {
-  observe(Op::unpack_query, s, [&] { inner_.unpack_query(a, s); });
+  observe(observer_, {Op::unpack_query}, s, [&] { inner_.unpack_query(a, s); });
 }
 void ObservedBackend::combine_rescale(const CombineRescaleArgs& a, Stream s) {
-  observe(Op::combine_rescale, s, [&] { inner_.combine_rescale(a, s); });
+  observe(observer_, {Op::combine_rescale}, s, [&] { inner_.combine_rescale(a, s); });
 }
 void ObservedBackend::combine_pack(const CombinePackArgs& a, Stream s) {
-  observe(Op::combine_pack, s, [&] { inner_.combine_pack(a, s); });
+  observe(observer_, {Op::combine_pack}, s, [&] { inner_.combine_pack(a, s); });
 }
 void ObservedBackend::combine_merge(const CombineMergeArgs& a, Stream s) {
-  observe(Op::combine_merge, s, [&] { inner_.combine_merge(a, s); });
+  observe(observer_, {Op::combine_merge}, s, [&] { inner_.combine_merge(a, s); });
 }
 void ObservedBackend::convert(const ConvertArgs& a, Stream s) {
-  observe(Op::convert, s, [&] { inner_.convert(a, s); });
-}
-
-template <class F>
-void ObservedCommunicator::observe(const Call& call, Stream s, F&& enqueue) {
-  observer_.before(call, s);
-  enqueue();
-  observer_.after(call, s);
+  observe(observer_, {Op::convert}, s, [&] { inner_.convert(a, s); });
 }
 
 void ObservedCommunicator::all_gather(const void* send, void* recv, std::size_t count, DType dtype,
                                       Stream s) {
-  observe({Op::all_gather, send, recv, count, dtype}, s,
+  observe(observer_, {Op::all_gather, send, recv, count, dtype}, s,
           [&] { inner_.all_gather(send, recv, count, dtype, s); });
 }
 void ObservedCommunicator::reduce_scatter_sum(const float* send, float* recv, std::size_t count,
                                               Stream s) {
-  observe({Op::reduce_scatter_sum, send, recv, count, DType::f32}, s,
+  observe(observer_, {Op::reduce_scatter_sum, send, recv, count, DType::f32}, s,
           [&] { inner_.reduce_scatter_sum(send, recv, count, s); });
 }
 void ObservedCommunicator::all_to_all(const void* send, void* recv, std::size_t count, DType dtype,
                                       Stream s) {
-  observe({Op::all_to_all, send, recv, count, dtype}, s,
+  observe(observer_, {Op::all_to_all, send, recv, count, dtype}, s,
           [&] { inner_.all_to_all(send, recv, count, dtype, s); });
 }
 void ObservedCommunicator::all_to_all_peers(const void* send, void* recv, std::size_t count,
                                             DType dtype, Stream s) {
-  observe({Op::all_to_all_peers, send, recv, count, dtype}, s,
+  observe(observer_, {Op::all_to_all_peers, send, recv, count, dtype}, s,
           [&] { inner_.all_to_all_peers(send, recv, count, dtype, s); });
 }
 

@@ -55,11 +55,19 @@ class ObservedBackend final : public Backend {
   std::string name() const override { return inner_.name(); }
   void* allocate(std::size_t bytes) override { return inner_.allocate(bytes); }
   void deallocate(void* p) override { inner_.deallocate(p); }
-  void upload(void* dst, const void* src, std::size_t bytes, Stream s) override;
-  void download(void* dst, const void* src, std::size_t bytes, Stream s) override;
+  void upload(void* dst, const void* src, std::size_t bytes, Stream s) override {
+    inner_.upload(dst, src, bytes, s);
+  }
+  void download(void* dst, const void* src, std::size_t bytes, Stream s) override {
+    inner_.download(dst, src, bytes, s);
+  }
   void synchronize(Stream s) override { inner_.synchronize(s); }
-  void copy(void* dst, const void* src, std::size_t bytes, Stream s) override;
-  void accumulate(float* dst, const float* src, std::size_t count, Stream s) override;
+  void copy(void* dst, const void* src, std::size_t bytes, Stream s) override {
+    inner_.copy(dst, src, bytes, s);
+  }
+  void accumulate(float* dst, const float* src, std::size_t count, Stream s) override {
+    inner_.accumulate(dst, src, count, s);
+  }
   void write_kv(const KvWriteArgs& args, Stream s) override;
   void decode(const DecodeArgs& args, Stream s) override;
   void unpack_query(const UnpackQueryArgs& args, Stream s) override;
@@ -69,8 +77,6 @@ class ObservedBackend final : public Backend {
   void convert(const ConvertArgs& args, Stream s) override;
 
  private:
-  template <class F>
-  void observe(Op op, Stream s, F&& enqueue);
   Backend& inner_;
   CallObserver& observer_;
 };
@@ -89,8 +95,6 @@ class ObservedCommunicator final : public Communicator {
                         Stream s) override;
 
  private:
-  template <class F>
-  void observe(const Call& call, Stream s, F&& enqueue);
   Communicator& inner_;
   CallObserver& observer_;
 };
