@@ -367,7 +367,7 @@ double fma_core_peak_gflops() {
 // ---------------------------------------------------------------------------------------------
 // Decode
 
-struct DecodeShape {
+struct DecodeBenchShape {
   std::string name;
   int requests;
   std::int64_t context;  // global T of every request (includes its Q tokens)
@@ -378,7 +378,7 @@ struct DecodeShape {
   int threads = 2;
 };
 
-std::string describe(const DecodeShape& s) {
+std::string describe(const DecodeBenchShape& s) {
   return fmt::format("{} B={} T={} H={} Q={}{} W={} r={} {} {}t", s.name, s.requests, s.context,
                      s.heads, s.min_q, s.max_q == s.min_q ? "" : fmt::format("..{}", s.max_q),
                      s.world, s.rank, to_string(s.kv_dtype), s.threads);
@@ -391,6 +391,7 @@ struct DecodeSetup {
   std::unique_ptr<Backend> backend;
   Batch batch;
   Plan plan;
+  std::vector<std::int32_t> row_request;  // row_requests(batch)
   int sets = 1;
   std::vector<DeviceBuffer> block_tables;  // one per disjoint copy of the KV
   DeviceBuffer cache, q, out, lse, workspace;
@@ -412,7 +413,7 @@ struct RowRef {
 };
 RowRef reference_row(const DecodeSetup& s, std::int64_t row, int h) {
   const Plan& p = s.plan;
-  const int b = p.row_request[std::size_t(row)];
+  const int b = s.row_request[std::size_t(row)];
   const int H = p.config.num_heads;
   const std::int32_t bound = p.row_local_bound[std::size_t(row)];
   const DType kt = s.args.cache.dtype, qt = s.args.q.dtype;
@@ -500,7 +501,7 @@ std::string verify(DecodeSetup& s) {
   return "";
 }
 
-std::unique_ptr<DecodeSetup> make_decode_setup(const DecodeShape& shape) {
+std::unique_ptr<DecodeSetup> make_decode_setup(const DecodeBenchShape& shape) {
   auto s = std::make_unique<DecodeSetup>();
   s->key = describe(shape);
   s->backend = make_cpu_backend(shape.threads);
@@ -544,10 +545,10 @@ std::unique_ptr<DecodeSetup> make_decode_setup(const DecodeShape& shape) {
     std::memcpy(s->block_tables.back().data(), table.data(), table.size() * sizeof(std::int32_t));
   }
 
-  PlanLimits limits;
-  limits.target_work_items = cpu_target_work_items(shape.threads);
-  s->plan = make_plan(batch, {sh, shape.heads, kBlockSize, num_blocks, limits});
+  // Split as the backend's own model says (workers: its threads).
+  s->plan = make_plan(batch, {sh, shape.heads, kBlockSize, num_blocks, s->backend->device_model()});
   const Plan& p = s->plan;
+  s->row_request = row_requests(batch);
   s->rows = p.num_rows;
   s->work_items = p.work.size();
   for (int b = 0; b < B; ++b) s->kv_bytes += double(p.request_local_len[b]) * kHeadDim * elem;
@@ -582,7 +583,7 @@ std::unique_ptr<DecodeSetup> make_decode_setup(const DecodeShape& shape) {
   return s;
 }
 
-void BM_Decode(benchmark::State& state, const DecodeShape& shape) {
+void BM_Decode(benchmark::State& state, const DecodeBenchShape& shape) {
   const std::string key = describe(shape);
   if (!g_decode || g_decode->key != key) {
     g_decode.reset();
@@ -687,7 +688,7 @@ int main(int argc, char** argv) {
 
   // Sizes keep one call near 50-200 ms on 2 cores (the kernel runs ~10-25 GFLOP/s per core);
   // every benchmark rotates over >= 256 MiB of KV so pages come from DRAM, not the 105 MiB L3.
-  const std::vector<DecodeShape> shapes = {
+  const std::vector<DecodeBenchShape> shapes = {
       // memory-bound on a GPU (H x Q = 16); the main shape, also single-threaded
       {"membound", 8, 8192, 16, 1, 1},
       {"membound", 8, 8192, 16, 1, 1, 1, 0, DType::bf16, 1},

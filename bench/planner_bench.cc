@@ -23,7 +23,8 @@ constexpr int kWorld = 8, kRank = 3, kInterleave = 1;
 constexpr int kBlockSize = 64, kHeads = 128;
 constexpr std::int64_t kMaxContext = 32768;
 constexpr int kMaxQ = 8;
-constexpr int kTargetWorkItems = 132 * 2;
+// An H200's model: 132 SMs, tiles of 64 (row, head) pairs (the CUDA backend's).
+constexpr DeviceModel kModel{132, 64, 256};
 constexpr double kBudgetUs = 100.0;  // for 1024 requests
 
 class Rng {
@@ -54,7 +55,7 @@ Input make_input(int requests) {
   in.config.sharding = Sharding{kWorld, kRank, kInterleave};
   in.config.num_heads = kHeads;
   in.config.block_size = kBlockSize;
-  in.config.limits.target_work_items = kTargetWorkItems;
+  in.config.model = kModel;
   Batch& b = in.batch;
   Rng rng(0xb10c + std::uint64_t(requests));
   b.query_start_loc.assign(1, 0);
@@ -143,7 +144,17 @@ void BM_Flatten(benchmark::State& state) {
   state.counters["requests"] = in.batch.num_requests();
 }
 
-// The block-id range check validate_block_table performs, as a min/max reduction per row that
+// validate_block_ids (make_plan does not read the block table; callers check it when asked).
+void BM_ValidateBlockIds(benchmark::State& state) {
+  const Input in = make_input(int(state.range(0)));
+  for (auto _ : state) {
+    validate_block_ids(in.batch, in.config);
+    benchmark::ClobberMemory();
+  }
+  state.counters["requests"] = in.batch.num_requests();
+}
+
+// The block-id range check validate_block_ids performs, as a min/max reduction per row that
 // builds no strings (and vectorises): what the check costs when error text is only formatted on
 // failure.
 void BM_BlockIdScan(benchmark::State& state) {
@@ -181,6 +192,7 @@ BENCHMARK(BM_MakePlan)->Arg(1)->Arg(64)->Arg(1024)->Apply(common);
 BENCHMARK(BM_FlattenMakePlan)->Arg(1024)->Apply(common);
 BENCHMARK(BM_ValidateBatch)->Arg(1024)->Apply(common);
 BENCHMARK(BM_Flatten)->Arg(1024)->Apply(common);
+BENCHMARK(BM_ValidateBlockIds)->Arg(1024)->Apply(common);
 BENCHMARK(BM_BlockIdScan)->Arg(1024)->Apply(common);
 
 BENCHMARK_MAIN();

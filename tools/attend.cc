@@ -80,27 +80,28 @@ const json* find(const json& cfg, const char* key) {
 int get_int(const json& cfg, const char* key, std::optional<int> fallback, int min) {
   const json* v = find(cfg, key);
   if (!v) {
-    require(fallback.has_value(), ErrorCode::invalid_argument, field(key),
-            fmt::format("an integer >= {} (required)", min), "no such field");
+    DCPMLA_REQUIRE(fallback.has_value(), ErrorCode::invalid_argument, field(key),
+                   fmt::format("an integer >= {} (required)", min), "no such field");
     return *fallback;
   }
   const bool is_int = v->is_number_integer();
   const std::int64_t x = is_int ? v->get<std::int64_t>() : 0;
-  require(is_int && x >= min && x <= std::numeric_limits<int>::max(), ErrorCode::invalid_argument,
-          field(key), fmt::format("an integer >= {}", min), show(*v));
+  DCPMLA_REQUIRE(is_int && x >= min && x <= std::numeric_limits<int>::max(),
+                 ErrorCode::invalid_argument, field(key), fmt::format("an integer >= {}", min),
+                 show(*v));
   return int(x);
 }
 
 float get_positive(const json& cfg, const char* key, std::optional<float> fallback) {
   const json* v = find(cfg, key);
   if (!v) {
-    require(fallback.has_value(), ErrorCode::invalid_argument, field(key),
-            "a finite number > 0 (required)", "no such field");
+    DCPMLA_REQUIRE(fallback.has_value(), ErrorCode::invalid_argument, field(key),
+                   "a finite number > 0 (required)", "no such field");
     return *fallback;
   }
   const float x = v->is_number() ? float(v->get<double>()) : NAN;
-  require(std::isfinite(x) && x > 0, ErrorCode::invalid_argument, field(key),
-          "a finite number > 0 (as float32)", show(*v));
+  DCPMLA_REQUIRE(std::isfinite(x) && x > 0, ErrorCode::invalid_argument, field(key),
+                 "a finite number > 0 (as float32)", show(*v));
   return x;
 }
 
@@ -108,12 +109,12 @@ std::string get_string(const json& cfg, const char* key, std::optional<std::stri
                        const char* allowed) {
   const json* v = find(cfg, key);
   if (!v) {
-    require(fallback.has_value(), ErrorCode::invalid_argument, field(key),
-            fmt::format("one of {} (required)", allowed), "no such field");
+    DCPMLA_REQUIRE(fallback.has_value(), ErrorCode::invalid_argument, field(key),
+                   fmt::format("one of {} (required)", allowed), "no such field");
     return *fallback;
   }
-  require(v->is_string(), ErrorCode::invalid_argument, field(key),
-          fmt::format("one of {}", allowed), show(*v));
+  DCPMLA_REQUIRE(v->is_string(), ErrorCode::invalid_argument, field(key),
+                 fmt::format("one of {}", allowed), show(*v));
   return v->get<std::string>();
 }
 
@@ -130,8 +131,8 @@ auto with_context(const std::string& context, F&& f) {
 json read_config(const fs::path& dir) {
   const fs::path path = dir / kConfig;
   std::error_code ec;
-  require(fs::is_regular_file(path, ec), ErrorCode::invalid_argument, kConfig,
-          fmt::format("a file at {}", path.string()), "no such file");
+  DCPMLA_REQUIRE(fs::is_regular_file(path, ec), ErrorCode::invalid_argument, kConfig,
+                 fmt::format("a file at {}", path.string()), "no such file");
   std::ifstream in(path);
   json cfg;
   try {
@@ -139,14 +140,15 @@ json read_config(const fs::path& dir) {
   } catch (const json::exception& e) {
     throw Error(ErrorCode::invalid_argument, kConfig, "valid JSON", e.what());
   }
-  require(cfg.is_object(), ErrorCode::invalid_argument, kConfig, "a JSON object", show(cfg));
+  DCPMLA_REQUIRE(cfg.is_object(), ErrorCode::invalid_argument, kConfig, "a JSON object", show(cfg));
   static const std::set<std::string> known = {
       "world",   "interleave", "heads",   "softmax_scale", "block_size", "kv_dtype",
       "k_scale", "q_scale",    "q_dtype", "mask",          "num_tokens"};
   for (const auto& [key, value] : cfg.items()) {
-    require(known.count(key) || key.starts_with("_"), ErrorCode::invalid_argument, field(key),
-            fmt::format("one of the fields {} (or a '_' comment field)", fmt::join(known, ", ")),
-            "an unknown field");
+    DCPMLA_REQUIRE(
+        known.count(key) || key.starts_with("_"), ErrorCode::invalid_argument, field(key),
+        fmt::format("one of the fields {} (or a '_' comment field)", fmt::join(known, ", ")),
+        "an unknown field");
   }
   return cfg;
 }
@@ -154,8 +156,8 @@ json read_config(const fs::path& dir) {
 CaseConfig parse_config(const json& cfg) {
   CaseConfig c;
   c.world = get_int(cfg, "world", std::nullopt, 1);
-  require(c.world <= kMaxWorld, ErrorCode::invalid_argument, field("world"),
-          fmt::format("at most {} simulated ranks", kMaxWorld), std::to_string(c.world));
+  DCPMLA_REQUIRE(c.world <= kMaxWorld, ErrorCode::invalid_argument, field("world"),
+                 fmt::format("at most {} simulated ranks", kMaxWorld), std::to_string(c.world));
   c.interleave = get_int(cfg, "interleave", 1, 1);
   c.heads = get_int(cfg, "heads", std::nullopt, 1);
   c.softmax_scale = get_positive(cfg, "softmax_scale", std::nullopt);
@@ -163,20 +165,21 @@ CaseConfig parse_config(const json& cfg) {
   c.kv_dtype =
       parse_dtype(get_string(cfg, "kv_dtype", std::nullopt, "fp32, bf16, fp8"), field("kv_dtype"));
   c.q_dtype = parse_dtype(get_string(cfg, "q_dtype", "fp32", "fp32, bf16"), field("q_dtype"));
-  require(c.q_dtype == DType::f32 || c.q_dtype == DType::bf16, ErrorCode::invalid_argument,
-          field("q_dtype"), "fp32 or bf16", to_string(c.q_dtype));
+  DCPMLA_REQUIRE(c.q_dtype == DType::f32 || c.q_dtype == DType::bf16, ErrorCode::invalid_argument,
+                 field("q_dtype"), "fp32 or bf16", to_string(c.q_dtype));
   c.k_scale = get_positive(cfg, "k_scale", 1.0f);
-  require(c.kv_dtype == DType::fp8_e4m3 || c.k_scale == 1.0f, ErrorCode::invalid_argument,
-          field("k_scale"),
-          fmt::format("1 or absent for a {} cache (k_scale applies to fp8 only)",
-                      to_string(c.kv_dtype)),
-          fmt::format("{}", c.k_scale));
+  DCPMLA_REQUIRE(c.kv_dtype == DType::fp8_e4m3 || c.k_scale == 1.0f, ErrorCode::invalid_argument,
+                 field("k_scale"),
+                 fmt::format("1 or absent for a {} cache (k_scale applies to fp8 only)",
+                             to_string(c.kv_dtype)),
+                 fmt::format("{}", c.k_scale));
   c.q_scale = get_positive(cfg, "q_scale", 1.0f);
-  require(c.heads % c.world == 0, ErrorCode::invalid_argument, field("heads"),
-          fmt::format("a multiple of world {} (the query is gathered over heads)", c.world),
-          std::to_string(c.heads));
-  require(c.block_size % c.interleave == 0, ErrorCode::invalid_argument, field("interleave"),
-          fmt::format("a divisor of block_size {}", c.block_size), std::to_string(c.interleave));
+  DCPMLA_REQUIRE(c.heads % c.world == 0, ErrorCode::invalid_argument, field("heads"),
+                 fmt::format("a multiple of world {} (the query is gathered over heads)", c.world),
+                 std::to_string(c.heads));
+  DCPMLA_REQUIRE(c.block_size % c.interleave == 0, ErrorCode::invalid_argument, field("interleave"),
+                 fmt::format("a divisor of block_size {}", c.block_size),
+                 std::to_string(c.interleave));
   return c;
 }
 
@@ -186,16 +189,17 @@ std::vector<Mask> parse_masks(const json& cfg, std::size_t B) {
   if (v->is_string()) {
     return std::vector<Mask>(B, parse_mask(v->get<std::string>(), field("mask")));
   }
-  require(v->is_array(), ErrorCode::invalid_argument, field("mask"),
-          "\"causal\", \"full\" or a list of them, one per request", show(*v));
-  require(v->size() == B, ErrorCode::shape_mismatch, field("mask"),
-          fmt::format("{} entries (one per request of seq_lens.npy)", B),
-          fmt::format("{} entries", v->size()));
+  DCPMLA_REQUIRE(v->is_array(), ErrorCode::invalid_argument, field("mask"),
+                 "\"causal\", \"full\" or a list of them, one per request", show(*v));
+  DCPMLA_REQUIRE(v->size() == B, ErrorCode::shape_mismatch, field("mask"),
+                 fmt::format("{} entries (one per request of seq_lens.npy)", B),
+                 fmt::format("{} entries", v->size()));
   std::vector<Mask> masks;
   for (std::size_t b = 0; b < B; ++b) {
     const json& m = (*v)[b];
     const std::string name = field(fmt::format("mask[{}]", b));
-    require(m.is_string(), ErrorCode::invalid_argument, name, "\"causal\" or \"full\"", show(m));
+    DCPMLA_REQUIRE(m.is_string(), ErrorCode::invalid_argument, name, "\"causal\" or \"full\"",
+                   show(m));
     masks.push_back(parse_mask(m.get<std::string>(), name));
   }
   return masks;
@@ -213,9 +217,9 @@ std::string dtypes_string(std::initializer_list<npy::Dtype> dtypes) {
 void check_array(const npy::Array& a, const std::string& file,
                  std::initializer_list<npy::Dtype> dtypes, std::vector<std::int64_t> shape,
                  const std::string& layout) {
-  require(std::find(dtypes.begin(), dtypes.end(), a.dtype) != dtypes.end(),
-          ErrorCode::dtype_mismatch, file, fmt::format("dtype {}", dtypes_string(dtypes)),
-          fmt::format("{} ('{}')", npy::name(a.dtype), npy::descr(a.dtype)));
+  DCPMLA_REQUIRE(std::find(dtypes.begin(), dtypes.end(), a.dtype) != dtypes.end(),
+                 ErrorCode::dtype_mismatch, file, fmt::format("dtype {}", dtypes_string(dtypes)),
+                 fmt::format("{} ('{}')", npy::name(a.dtype), npy::descr(a.dtype)));
   bool ok = a.shape.size() == shape.size();
   for (std::size_t i = 0; ok && i < shape.size(); ++i) ok = shape[i] < 0 || a.shape[i] == shape[i];
   if (!ok) {
@@ -402,8 +406,8 @@ void run_rank(const Case& c, const Plan& plan, int rank, Combine combine, Commun
 
 Case load_case(const fs::path& dir) {
   std::error_code ec;
-  require(fs::is_directory(dir, ec), ErrorCode::invalid_argument, "--case", "a case directory",
-          fmt::format("{} (not a directory)", dir.string()));
+  DCPMLA_REQUIRE(fs::is_directory(dir, ec), ErrorCode::invalid_argument, "--case",
+                 "a case directory", fmt::format("{} (not a directory)", dir.string()));
   const json cfg = read_config(dir);
   Case c;
   c.config = parse_config(cfg);
@@ -414,38 +418,38 @@ Case load_case(const fs::path& dir) {
   const auto qsl_a = npy::read(dir / "query_start_loc.npy");
   check_array(qsl_a, "query_start_loc.npy", {npy::Dtype::i4, npy::Dtype::i8}, {-1}, "[B + 1]");
   const auto qsl = int_values(qsl_a);
-  require(!qsl.empty(), ErrorCode::shape_mismatch, "query_start_loc.npy",
-          "B + 1 >= 1 entries, starting at 0", "an empty array");
+  DCPMLA_REQUIRE(!qsl.empty(), ErrorCode::shape_mismatch, "query_start_loc.npy",
+                 "B + 1 >= 1 entries, starting at 0", "an empty array");
   const std::size_t B = qsl.size() - 1;
   const auto lens_a = npy::read(dir / "seq_lens.npy");
   check_array(lens_a, "seq_lens.npy", {npy::Dtype::i4, npy::Dtype::i8}, {std::int64_t(B)},
               fmt::format("[B]; B = {} as query_start_loc.npy has {} entries", B, B + 1));
   const auto lens = int_values(lens_a);
-  require(qsl[0] == 0, ErrorCode::inconsistent, "query_start_loc.npy[0]", "0",
-          std::to_string(qsl[0]));
+  DCPMLA_REQUIRE(qsl[0] == 0, ErrorCode::inconsistent, "query_start_loc.npy[0]", "0",
+                 std::to_string(qsl[0]));
   Batch& batch = c.batch;
   batch.query_start_loc.push_back(0);
   for (std::size_t b = 0; b < B; ++b) {
-    require(
+    DCPMLA_REQUIRE(
         qsl[b + 1] > qsl[b] && qsl[b + 1] <= std::numeric_limits<std::int32_t>::max(),
         ErrorCode::inconsistent, fmt::format("query_start_loc.npy[{}]", b + 1),
         fmt::format("> query_start_loc.npy[{}] = {} (every request has Q >= 1 tokens)", b, qsl[b]),
         std::to_string(qsl[b + 1]));
     batch.query_start_loc.push_back(std::int32_t(qsl[b + 1]));
     const auto Q = qsl[b + 1] - qsl[b];
-    require(lens[b] >= Q, ErrorCode::inconsistent, fmt::format("seq_lens.npy[{}]", b),
-            fmt::format(">= its Q = {} query tokens (the global length includes them)", Q),
-            std::to_string(lens[b]));
-    require(lens[b] <= std::numeric_limits<std::int32_t>::max(), ErrorCode::out_of_range,
-            fmt::format("seq_lens.npy[{}]", b),
-            fmt::format("<= {}", std::numeric_limits<std::int32_t>::max()),
-            std::to_string(lens[b]));
+    DCPMLA_REQUIRE(lens[b] >= Q, ErrorCode::inconsistent, fmt::format("seq_lens.npy[{}]", b),
+                   fmt::format(">= its Q = {} query tokens (the global length includes them)", Q),
+                   std::to_string(lens[b]));
+    DCPMLA_REQUIRE(lens[b] <= std::numeric_limits<std::int32_t>::max(), ErrorCode::out_of_range,
+                   fmt::format("seq_lens.npy[{}]", b),
+                   fmt::format("<= {}", std::numeric_limits<std::int32_t>::max()),
+                   std::to_string(lens[b]));
     batch.total_len.push_back(lens[b]);
   }
   batch.mask = parse_masks(cfg, B);
   const std::int64_t real = batch.real_tokens();
   if (const json* v = find(cfg, "num_tokens")) {
-    require(
+    DCPMLA_REQUIRE(
         v->is_number_integer() && v->get<std::int64_t>() >= real, ErrorCode::invalid_argument,
         field("num_tokens"),
         fmt::format("an integer >= query_start_loc.npy[B] = {} (real tokens + padding rows)", real),
@@ -465,13 +469,14 @@ Case load_case(const fs::path& dir) {
   const bool has_kv = fs::exists(dir / "kv.npy", ec);
   const bool has_bt = fs::exists(dir / "block_table.npy", ec);
   const bool has_cache0 = fs::exists(dir / "cache_rank0.npy", ec);
-  require(!(has_kv && (has_bt || has_cache0)), ErrorCode::inconsistent, "kv.npy / block_table.npy",
-          "exactly one KV form: kv.npy (a), or block_table.npy and cache_rank{r}.npy (b)", "both");
-  require(has_kv || has_bt || has_cache0, ErrorCode::invalid_argument, "kv.npy",
-          "kv.npy (form a), or block_table.npy and cache_rank0.npy ... (form b)",
-          "neither in " + dir.string());
-  require(has_bt || !has_cache0, ErrorCode::invalid_argument, "block_table.npy",
-          "a file next to cache_rank0.npy (KV form b)", "no such file");
+  DCPMLA_REQUIRE(
+      !(has_kv && (has_bt || has_cache0)), ErrorCode::inconsistent, "kv.npy / block_table.npy",
+      "exactly one KV form: kv.npy (a), or block_table.npy and cache_rank{r}.npy (b)", "both");
+  DCPMLA_REQUIRE(has_kv || has_bt || has_cache0, ErrorCode::invalid_argument, "kv.npy",
+                 "kv.npy (form a), or block_table.npy and cache_rank0.npy ... (form b)",
+                 "neither in " + dir.string());
+  DCPMLA_REQUIRE(has_bt || !has_cache0, ErrorCode::invalid_argument, "block_table.npy",
+                 "a file next to cache_rank0.npy (KV form b)", "no such file");
   if (has_kv) {
     std::int64_t total = 0;
     for (auto T : batch.total_len) total += T;
@@ -506,8 +511,9 @@ Case load_case(const fs::path& dir) {
     check_array(bt_a, "block_table.npy", {npy::Dtype::i4, npy::Dtype::i8}, {std::int64_t(B), -1},
                 fmt::format("[B, max_blocks]; B = {} from seq_lens.npy", B));
     const auto bt = int_values(bt_a);
-    require(bt_a.shape[1] <= std::numeric_limits<std::int32_t>::max(), ErrorCode::out_of_range,
-            "block_table.npy", "at most 2^31 - 1 columns", std::to_string(bt_a.shape[1]));
+    DCPMLA_REQUIRE(bt_a.shape[1] <= std::numeric_limits<std::int32_t>::max(),
+                   ErrorCode::out_of_range, "block_table.npy", "at most 2^31 - 1 columns",
+                   std::to_string(bt_a.shape[1]));
     batch.max_blocks = std::int32_t(bt_a.shape[1]);
     for (auto id : bt) {
       batch.block_table.push_back(
@@ -517,43 +523,45 @@ Case load_case(const fs::path& dir) {
       const std::string file = fmt::format("cache_rank{}.npy", r);
       auto cache_a = npy::read(dir / file);
       const npy::Dtype want = npy_dtype_of(cc.kv_dtype);
-      require(cache_a.dtype == want, ErrorCode::dtype_mismatch, file,
-              fmt::format("dtype {} ('{}') for kv_dtype {}{}", npy::name(want), npy::descr(want),
-                          to_string(cc.kv_dtype),
-                          cc.kv_dtype == DType::bf16       ? " (raw bf16 bits)"
-                          : cc.kv_dtype == DType::fp8_e4m3 ? " (raw e4m3 bits)"
-                                                           : ""),
-              fmt::format("{} ('{}')", npy::name(cache_a.dtype), npy::descr(cache_a.dtype)));
+      DCPMLA_REQUIRE(cache_a.dtype == want, ErrorCode::dtype_mismatch, file,
+                     fmt::format("dtype {} ('{}') for kv_dtype {}{}", npy::name(want),
+                                 npy::descr(want), to_string(cc.kv_dtype),
+                                 cc.kv_dtype == DType::bf16       ? " (raw bf16 bits)"
+                                 : cc.kv_dtype == DType::fp8_e4m3 ? " (raw e4m3 bits)"
+                                                                  : ""),
+                     fmt::format("{} ('{}')", npy::name(cache_a.dtype), npy::descr(cache_a.dtype)));
       check_array(
           cache_a, file, {want}, {-1, bs, kHeadDim},
           fmt::format("[num_blocks, block_size, 576]; block_size = {} from config.json", bs));
       const std::int64_t nb = cache_a.shape[0];
-      require(nb >= 1, ErrorCode::shape_mismatch, file, "num_blocks >= 1", "0 blocks");
+      DCPMLA_REQUIRE(nb >= 1, ErrorCode::shape_mismatch, file, "num_blocks >= 1", "0 blocks");
       const Sharding sh{W, r, cc.interleave};
       for (std::size_t b = 0; b < B; ++b) {
         const auto local = sh.local_len(batch.total_len[b]);
         const auto need = ceil_div(local, bs);
-        require(need <= batch.max_blocks, ErrorCode::shape_mismatch,
-                fmt::format("block_table.npy row {}", b),
-                fmt::format(">= {} columns ({} local tokens of T = {} on rank {}, block size {})",
-                            need, local, batch.total_len[b], r, bs),
-                fmt::format("{} columns", batch.max_blocks));
+        DCPMLA_REQUIRE(
+            need <= batch.max_blocks, ErrorCode::shape_mismatch,
+            fmt::format("block_table.npy row {}", b),
+            fmt::format(">= {} columns ({} local tokens of T = {} on rank {}, block size {})", need,
+                        local, batch.total_len[b], r, bs),
+            fmt::format("{} columns", batch.max_blocks));
         for (std::int64_t i = 0; i < need; ++i) {
           const auto id = bt[b * std::size_t(bt_a.shape[1]) + std::size_t(i)];
-          require(id >= 0 && id < nb, ErrorCode::out_of_range,
-                  fmt::format("block_table.npy[{}][{}]", b, i),
-                  fmt::format("a block id in [0, {}) ({} has {} blocks; rank {} reads this block)",
-                              nb, file, nb, r),
-                  std::to_string(id));
+          DCPMLA_REQUIRE(
+              id >= 0 && id < nb, ErrorCode::out_of_range,
+              fmt::format("block_table.npy[{}][{}]", b, i),
+              fmt::format("a block id in [0, {}) ({} has {} blocks; rank {} reads this block)", nb,
+                          file, nb, r),
+              std::to_string(id));
         }
       }
       c.rank_num_blocks.push_back(nb);
       c.rank_caches.push_back(std::move(cache_a.bytes));
     }
     const std::string extra = fmt::format("cache_rank{}.npy", W);
-    require(!fs::exists(dir / extra, ec), ErrorCode::inconsistent, extra,
-            fmt::format("no such file for world {} (ranks 0..{})", W, W - 1),
-            "the file exists (is config.json's world right?)");
+    DCPMLA_REQUIRE(!fs::exists(dir / extra, ec), ErrorCode::inconsistent, extra,
+                   fmt::format("no such file for world {} (ranks 0..{})", W, W - 1),
+                   "the file exists (is config.json's world right?)");
   }
   return c;
 }
@@ -567,21 +575,21 @@ AttendResult run_case(const Case& c, const AttendOptions& options) {
                                 ? options.threads
                                 : int(std::max(1u, std::thread::hardware_concurrency()));
   const int per_rank = std::max(1, total_threads / W);
-  PlanLimits limits;
-  if (options.limits) {
-    limits = *options.limits;
-  } else {
-    limits.target_work_items = cpu_target_work_items(per_rank);
-  }
-  require(c.rank_num_blocks.size() == std::size_t(W), ErrorCode::inconsistent, "rank caches",
-          fmt::format("{} (one per rank)", W), std::to_string(c.rank_num_blocks.size()));
+  // Each rank's CPU backend has per_rank threads: the model its plans are made for.
+  const DeviceModel model =
+      options.kv_chunk_blocks == 0 ? DeviceModel{} : DeviceModel{per_rank, 0, 256};
+  DCPMLA_REQUIRE(c.rank_num_blocks.size() == std::size_t(W), ErrorCode::inconsistent, "rank caches",
+                 fmt::format("{} (one per rank)", W), std::to_string(c.rank_num_blocks.size()));
 
   // Every rank's plan first: a bad batch is reported here, before any rank starts.
   std::vector<Plan> plans;
   for (int r = 0; r < W; ++r) {
     plans.push_back(with_context(fmt::format("rank {} plan: ", r), [&] {
-      return make_plan(c.batch, {Sharding{W, r, cfg.interleave}, cfg.heads, cfg.block_size,
-                                 c.rank_num_blocks[std::size_t(r)], limits});
+      const PlanConfig config{
+          Sharding{W, r, cfg.interleave},    cfg.heads, cfg.block_size,
+          c.rank_num_blocks[std::size_t(r)], model,     std::max(0, options.kv_chunk_blocks)};
+      validate_block_ids(c.batch, config);
+      return make_plan(c.batch, config);
     }));
   }
 
@@ -636,15 +644,15 @@ void file_step(const fs::path& path, const char* expected, Fn&& fn) {
 void write_result(const AttendResult& result, const fs::path& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  require(fs::is_directory(dir, ec), ErrorCode::backend_failure, "--out", "a writable directory",
-          dir.string());
+  DCPMLA_REQUIRE(fs::is_directory(dir, ec), ErrorCode::backend_failure, "--out",
+                 "a writable directory", dir.string());
   const fs::path out_path = dir / "out.npy", lse_path = dir / "lse.npy";
   // Both targets are absent or regular files, checked before anything is written.
   for (const fs::path& path : {out_path, lse_path}) {
     const auto status = fs::symlink_status(path, ec);
-    require(!fs::exists(status) || fs::is_regular_file(status), ErrorCode::backend_failure,
-            path.string(), "a regular file or nothing, to be replaced",
-            fs::is_directory(status) ? "a directory" : "another kind of file");
+    DCPMLA_REQUIRE(!fs::exists(status) || fs::is_regular_file(status), ErrorCode::backend_failure,
+                   path.string(), "a regular file or nothing, to be replaced",
+                   fs::is_directory(status) ? "a directory" : "another kind of file");
   }
   const std::vector<std::int64_t> out_shape{result.rows, result.heads, kLatentDim};
   const std::vector<std::int64_t> lse_shape{result.rows, result.heads};
@@ -688,9 +696,7 @@ int run_attend(const AttendCli& o) {
   AttendOptions options;
   options.combine = parse_combine(o.combine, "--combine");
   options.threads = o.threads;
-  if (o.kv_chunk_blocks >= 0) {
-    options.limits = PlanLimits{.kv_chunk_blocks = o.kv_chunk_blocks};
-  }
+  options.kv_chunk_blocks = o.kv_chunk_blocks;
   const fs::path dir(o.case_dir);
   const fs::path out_dir = o.out_dir.empty() ? dir : fs::path(o.out_dir);
   const Case c = load_case(dir);

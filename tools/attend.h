@@ -46,8 +46,10 @@ Case load_case(const std::filesystem::path& dir);
 
 struct AttendOptions {
   Combine combine = Combine::ag_rs;
-  int threads = 0;                   // CPU threads in total (0 = all), split over the ranks
-  std::optional<PlanLimits> limits;  // default: split KV for the per-rank thread count
+  int threads = 0;  // CPU threads in total (0 = all), split over the ranks
+  // > 0: every request's KV in chunks of this many blocks; 0: never split; -1: chosen for the
+  // per-rank thread count.
+  int kv_chunk_blocks = -1;
 };
 
 struct AttendResult {

@@ -140,37 +140,38 @@ void sharding_vectors(Checks& c) {
 
 void batch_vectors(Checks& c) {
   {
-    const Plan p = plan_for(make_batch({3, 1}, {31, 35}, Mask::causal, 64), 2, 0);
+    const Batch p = make_batch({3, 1}, {31, 35}, Mask::causal, 64);
     c.equal("ragged (3,1) T=[31,35]: row requests", std::vector<std::int32_t>{0, 0, 0, 1},
-            p.row_request);
+            row_requests(p));
     c.equal("ragged (3,1) T=[31,35]: bounds", std::vector<std::int64_t>{29, 30, 31, 35},
-            p.row_global_bound);
-    const Plan full = plan_for(make_batch({3, 1}, {31, 35}, Mask::full, 64), 2, 0);
+            row_global_bounds(p));
+    const Batch full = make_batch({3, 1}, {31, 35}, Mask::full, 64);
     c.equal("ragged (3,1) T=[31,35]: non-causal bounds", std::vector<std::int64_t>{31, 31, 31, 35},
-            full.row_global_bound);
+            row_global_bounds(full));
   }
   {
     // Engine warm-up with 7 drafts: 9 query rows, 2 requests. Accepted, and not uniform.
-    const Plan p = plan_for(make_batch({8, 1}, {100, 40}, Mask::causal, 64), 2, 0);
+    const Batch b = make_batch({8, 1}, {100, 40}, Mask::causal, 64);
+    const Plan p = plan_for(b, 2, 0);
     c.equal("warm-up (8,1) T=[100,40]: bounds", concat(range<std::int64_t>(93, 100), {40}),
-            p.row_global_bound);
+            row_global_bounds(b));
     c.add("warm-up (8,1): 9 rows vs 2 requests accepted", "9 rows, 2 requests, ragged",
           fmt::format("{} rows, {} requests, {}", p.num_rows, p.num_requests,
-                      p.uniform ? "uniform" : "ragged"),
-          p.num_rows == 9 && p.num_requests == 2 && !p.uniform);
+                      is_uniform(b) ? "uniform" : "ragged"),
+          p.num_rows == 9 && p.num_requests == 2 && !is_uniform(b));
   }
   {
-    const Plan p = plan_for(make_batch({8, 2}, {100, 40}, Mask::causal, 64), 2, 0);
+    const Batch p = make_batch({8, 2}, {100, 40}, Mask::causal, 64);
     const auto want = concat(range<std::int64_t>(93, 100), {39, 40});
-    c.equal("ragged (8,2) T=[100,40]: bounds", want, p.row_global_bound);
+    c.equal("ragged (8,2) T=[100,40]: bounds", want, row_global_bounds(p));
     c.add("ragged (8,2): 10 tokens, 2 requests", "ragged (not 5+5)",
-          p.uniform ? "uniform" : "ragged", !p.uniform);
+          is_uniform(p) ? "uniform" : "ragged", !is_uniform(p));
     // What viewing the 10 tokens as 2 x 5 would do: it must differ from the correct bounds.
-    const Plan wrong = plan_for(make_batch({5, 5}, {100, 40}, Mask::causal, 64), 2, 0);
+    const auto wrong = row_global_bounds(make_batch({5, 5}, {100, 40}, Mask::causal, 64));
     const auto spec_wrong = concat(range<std::int64_t>(96, 100), range<std::int64_t>(36, 40));
     c.add("  wrong 5+5 view of (8,2) (must not happen)",
-          fmt::format("{} != correct", list(spec_wrong)), list(wrong.row_global_bound),
-          wrong.row_global_bound == spec_wrong && wrong.row_global_bound != want);
+          fmt::format("{} != correct", list(spec_wrong)), list(wrong),
+          wrong == spec_wrong && wrong != want);
   }
 }
 
@@ -251,7 +252,7 @@ void end_to_end(Checks& c, int threads) {
     const testing::Scenario sc = testing::make_fixed_scenario(spec, r.q, r.t);
     testing::RunOptions opt;
     opt.combine = r.combine;
-    opt.limits.kv_chunk_blocks = 1;  // split KV too, so the split merge is exercised
+    opt.kv_chunk_blocks = 1;  // split KV too, so the split merge is exercised
     const auto cmp =
         testing::compare(sc, testing::run_dcp(sc, cpu, opt), testing::run_reference(sc), tol);
     c.add(fmt::format("DCP W=2 {} {}", to_string(r.combine), r.name), bound,

@@ -67,8 +67,6 @@ int run_demo(DemoOptions o) {
                                            std::max(1, spec.heads / spec.world), spec.q_dtype));
   testing::RunOptions run;
   run.combine = combine;
-  // Enough work items to fill the threads of a rank, or the SMs of a GPU (132 on the H200).
-  run.limits.target_work_items = o.backend == "cuda" ? 264 : cpu_target_work_items(per_rank);
 
   fmt::print(
       "dcpmla demo ({}): W={} I={} H={} requests={} max drafts={} block size={} kv {} "
@@ -120,7 +118,7 @@ int run_demo(DemoOptions o) {
 
   // Flattened single-token rows with the same KV chunking must agree with the native form.
   testing::RunOptions same_split = run;
-  same_split.limits = {.kv_chunk_blocks = std::max(1, 256 / spec.block_size)};
+  same_split.kv_chunk_blocks = std::max(1, 256 / spec.block_size);
   testing::RunOptions flat = same_split;
   flat.flatten = true;
   const auto agree = testing::agreement(ranks.run(sc, same_split), ranks.run(sc, flat));

@@ -36,28 +36,30 @@ Placement simulated_on_gpu0() {
 
 Placement place_ranks(const std::string& backend, int world, int gpus, int cpu_threads_per_rank,
                       const std::string& comm, std::size_t peer_chunk_bytes) {
-  require(backend == "cpu" || backend == "cuda", ErrorCode::invalid_argument, "--backend",
-          "cpu or cuda", "'" + backend + "'");
-  require(comm == "nccl" || comm == "peer", ErrorCode::invalid_argument, "--comm", "nccl or peer",
-          "'" + comm + "'");
-  require(gpus >= 0, ErrorCode::invalid_argument, "--gpus", ">= 0", std::to_string(gpus));
-  require(gpus > 0 || comm == "nccl", ErrorCode::invalid_argument, "--comm",
-          "nccl (the default) unless the ranks run on --gpus W: simulated ranks exchange data "
-          "in process",
-          "'" + comm + "'");
+  DCPMLA_REQUIRE(backend == "cpu" || backend == "cuda", ErrorCode::invalid_argument, "--backend",
+                 "cpu or cuda", "'" + backend + "'");
+  DCPMLA_REQUIRE(comm == "nccl" || comm == "peer", ErrorCode::invalid_argument, "--comm",
+                 "nccl or peer", "'" + comm + "'");
+  DCPMLA_REQUIRE(gpus >= 0, ErrorCode::invalid_argument, "--gpus", ">= 0", std::to_string(gpus));
+  DCPMLA_REQUIRE(
+      gpus > 0 || comm == "nccl", ErrorCode::invalid_argument, "--comm",
+      "nccl (the default) unless the ranks run on --gpus W: simulated ranks exchange data "
+      "in process",
+      "'" + comm + "'");
   if (backend == "cpu") {
-    require(gpus == 0, ErrorCode::invalid_argument, "--gpus", "0 with --backend cpu",
-            std::to_string(gpus));
+    DCPMLA_REQUIRE(gpus == 0, ErrorCode::invalid_argument, "--gpus", "0 with --backend cpu",
+                   std::to_string(gpus));
     Placement p;
     p.description = "cpu backend";
     p.backend = [cpu_threads_per_rank](int) { return make_cpu_backend(cpu_threads_per_rank); };
     return p;
   }
   if (gpus == 0) return simulated_on_gpu0();
-  require(gpus == world, ErrorCode::invalid_argument, "--gpus",
-          fmt::format("0 (every rank simulated on GPU 0) or the DCP world {} (one rank per GPU)",
-                      world),
-          std::to_string(gpus));
+  DCPMLA_REQUIRE(
+      gpus == world, ErrorCode::invalid_argument, "--gpus",
+      fmt::format("0 (every rank simulated on GPU 0) or the DCP world {} (one rank per GPU)",
+                  world),
+      std::to_string(gpus));
 #if DCPMLA_HAVE_CUDA
   if (comm == "peer") {
     auto group = std::make_shared<PeerGroup>(first_devices(gpus), peer_chunk_bytes);

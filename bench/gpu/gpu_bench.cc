@@ -314,6 +314,48 @@ struct Problem {
 // kv_chunk_blocks > 0 overrides the planner's split (KV blocks per work item), for experiments.
 // ordered_blocks: each request's pages in order in the cache (FlashMLA's own benchmark lays its
 // block table out so) instead of a random permutation.
+// The GPU planner's kernel time (Schedule::plan_on_device) for B ragged requests (Q 1..8, T up to
+// 32K) on rank 3 of a W = 8 group, H 128, block size 64: one launch per call, timed as the decode
+// is.
+nlohmann::json time_device_planning(Backend& backend, int sms, int reps, cudaStream_t s) {
+  nlohmann::json out = nlohmann::json::array();
+  std::mt19937_64 rng(28);
+  for (const int B : {1, 256, 1024}) {
+    Batch batch;
+    batch.query_start_loc = {0};
+    for (int b = 0; b < B; ++b) {
+      const int q = std::uniform_int_distribution<int>(1, 8)(rng);
+      batch.query_start_loc.push_back(batch.query_start_loc.back() + q);
+      batch.total_len.push_back(std::uniform_int_distribution<std::int64_t>(q, 32768)(rng));
+    }
+    const PlanConfig config{{8, 3, 1}, 128, 64, 1 << 20, DeviceModel{sms, 64, 256}, 0};
+    const ScheduleCapacity cap =
+        capacity_for_limits(config, B, batch.real_tokens(), (32768 / 8 + 63) / 64);
+    Schedule schedule(backend, config, cap);
+    std::vector<std::int32_t> lens(batch.total_len.begin(), batch.total_len.end());
+    DeviceBuffer qsl(backend, batch.query_start_loc.size() * 4), seq(backend, lens.size() * 4);
+    backend.upload(qsl.data(), batch.query_start_loc.data(), qsl.bytes(), s);
+    backend.upload(seq.data(), lens.data(), seq.bytes(), s);
+    const DeviceBatchRef dev{qsl.tensor(DType::i32, {B + 1}), seq.tensor(DType::i32, {B}),
+                             batch.real_tokens()};
+    auto call = [&] { schedule.plan_on_device(dev, s); };
+    const Stats st = time_calls(call, reps, 5, s);
+    const bool ok = schedule.status(s).ok();
+    fmt::print("device_planning B {:>5} W 8 H 128: {:.2f} us median, {:.2f} us min{}\n", B,
+               st.median_us, st.min_us, ok ? "" : "  FAULT");
+    out.push_back({{"group", "device_planning"},
+                   {"B", B},
+                   {"world", 8},
+                   {"H", 128},
+                   {"rows", batch.real_tokens()},
+                   {"median_us", st.median_us},
+                   {"min_us", st.min_us},
+                   {"p90_us", st.p90_us},
+                   {"ok", ok}});
+  }
+  return out;
+}
+
 Problem make_problem(const Shape& sh, std::int64_t num_blocks_out[1], int block_size, int sms,
                      std::mt19937_64& rng, int kv_chunk_blocks, bool ordered_blocks) {
   const Sharding sharding{sh.world, 0, 1};
@@ -335,9 +377,12 @@ Problem make_problem(const Shape& sh, std::int64_t num_blocks_out[1], int block_
   batch.block_table = ids;
   num_blocks_out[0] = std::int64_t(ids.size());
   if (sh.form == Form::flattened) batch = flatten(batch);
-  PlanConfig cfg{sharding, sh.H, block_size, num_blocks_out[0], {}};
-  cfg.limits = cuda_plan_limits(batch, sharding, sh.H, block_size);
-  if (kv_chunk_blocks > 0) cfg.limits.kv_chunk_blocks = kv_chunk_blocks;
+  PlanConfig cfg{sharding,
+                 sh.H,
+                 block_size,
+                 num_blocks_out[0],
+                 DeviceModel{sms, 64, 256},
+                 std::max(kv_chunk_blocks, 0)};
   Problem p{batch, make_plan(batch, cfg), double(sh.B) * sh.L * kHeadDim * dtype_size(sh.kv), flops,
             batch.rows()};
   return p;
@@ -460,8 +505,12 @@ int main(int argc, char** argv) {
         plant_sink_bf16(q.data(), q.bytes() / 2, cache.data(),
                         static_cast<std::int64_t*>(sink_rows.data()), rows_host.size(), 0.15f, s);
       }
+      // The engine's path: the plan written into a schedule, which the decode (and its graph)
+      // reads.
+      Schedule schedule(*backend, p.plan.config, capacity_of(p.plan));
+      schedule.update(p.plan, s);
       DecodeArgs args;
-      args.plan = &p.plan;
+      args.schedule = &schedule;
       args.q = q.tensor(DType::bf16, {rows, sh.H, kHeadDim});
       args.cache = {cache.data(), sh.kv, num_blocks, sh.block_size, 1.0f};
       args.block_table = bt.tensor(DType::i32, {p.batch.num_requests(), p.batch.max_blocks});
@@ -473,7 +522,6 @@ int main(int argc, char** argv) {
       auto call = [&] { backend->decode(args, s); };
       const Stats st = time_calls(call, reps, 5, s, std::max(100.0, steady_ms));
       const auto graph = time_graph(call, 10, 3, s);
-      forget_captured_decodes(*backend);  // the next shape may need other plan buffers
       // Never time garbage: the output must be finite after the runs.
       std::vector<float> lse_host(std::size_t(rows) * sh.H);
       check(cudaMemcpy(lse_host.data(), lse.data(), lse_host.size() * 4, cudaMemcpyDeviceToHost),
@@ -518,6 +566,11 @@ int main(int argc, char** argv) {
            {"flashmla_strategy", sh.flashmla_note},
            {"speedup_vs_flashmla", sh.flashmla_us > 0 ? sh.flashmla_us / st.median_us : 0.0},
            {"output_finite", finite}});
+      write();
+    }
+    if (filter.empty() || std::string("device_planning").find(filter) != std::string::npos) {
+      nlohmann::json planning = time_device_planning(*backend, prop.multiProcessorCount, reps, s);
+      for (auto& r : planning) results.push_back(r);
       write();
     }
     for (const auto& r : dcp_scaling_ratios(results)) {

@@ -48,8 +48,8 @@ cudaEvent_t EventTimer::event(int step, int index) const {
 
 int EventTimer::record(Stream s) {
   StepEvents& m = marks_[std::size_t(step_)];
-  require(m.count < kEventsPerStep, ErrorCode::out_of_range, "EventTimer events of one step",
-          fmt::format("< {}", kEventsPerStep), std::to_string(m.count + 1));
+  DCPMLA_REQUIRE(m.count < kEventsPerStep, ErrorCode::out_of_range, "EventTimer events of one step",
+                 fmt::format("< {}", kEventsPerStep), std::to_string(m.count + 1));
   check_cuda(cudaEventRecord(event(step_, m.count), static_cast<cudaStream_t>(s)),
              "cudaEventRecord");
   return m.count++;

@@ -156,12 +156,12 @@ int run(int argc, char** argv) {
   check_cuda(cudaGetDeviceCount(&gpus), "cudaGetDeviceCount");
   if (worlds.empty()) worlds = gpus > 2 ? std::vector<int>{2, gpus} : std::vector<int>{2};
   for (int w : worlds) {
-    require(w >= 2 && w <= gpus, ErrorCode::invalid_argument, "--worlds",
-            fmt::format("world sizes in [2, {}]", gpus), std::to_string(w));
+    DCPMLA_REQUIRE(w >= 2 && w <= gpus, ErrorCode::invalid_argument, "--worlds",
+                   fmt::format("world sizes in [2, {}]", gpus), std::to_string(w));
   }
   for (std::size_t b : sizes) {
-    require(b % 4 == 0 && b > 0, ErrorCode::invalid_argument, "--sizes",
-            "positive multiples of 4 bytes", std::to_string(b));
+    DCPMLA_REQUIRE(b % 4 == 0 && b > 0, ErrorCode::invalid_argument, "--sizes",
+                   "positive multiples of 4 bytes", std::to_string(b));
   }
   const std::size_t max_chunk = *std::max_element(sizes.begin(), sizes.end());
   nlohmann::json doc{{"program", "dcpmla_exchange_bench"},

@@ -105,7 +105,7 @@ int run(int argc, char** argv) {
   app.add_option("--budget-s", budget_s, "skip the remaining shapes after this many seconds");
   app.add_option("--target-work-items", mo.target_work_items,
                  "split-KV work items aimed at per rank (default 0: the CUDA backend's policy, "
-                 "cuda_plan_limits)");
+                 "device_model())");
   bool no_launch_events = false;
   app.add_flag("--no-launch-events", no_launch_events,
                "time only the phases of a step, not each launch of the query gather and the "
@@ -121,8 +121,8 @@ int run(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   mo.launch_events = !no_launch_events;
   mo.interleave_variants = !sequential_variants;
-  require(mo.alone_calls == 0 || mo.alone_calls >= 50, ErrorCode::invalid_argument, "--alone-calls",
-          ">= 50, or 0", std::to_string(mo.alone_calls));
+  DCPMLA_REQUIRE(mo.alone_calls == 0 || mo.alone_calls >= 50, ErrorCode::invalid_argument,
+                 "--alone-calls", ">= 50, or 0", std::to_string(mo.alone_calls));
 
   // NVLink multicast stays off unless the environment sets it (shared machines: a program using
   // it can take the GPUs out of service); recorded in the JSON.
@@ -130,11 +130,11 @@ int run(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   int gpus = 0;
   check_cuda(cudaGetDeviceCount(&gpus), "cudaGetDeviceCount");
-  require(gpus >= 1, ErrorCode::unsupported, "CUDA devices", ">= 1", "0");
+  DCPMLA_REQUIRE(gpus >= 1, ErrorCode::unsupported, "CUDA devices", ">= 1", "0");
   if (worlds.empty()) worlds = default_worlds(gpus);
   for (int w : worlds) {
-    require(w >= 1 && w <= gpus, ErrorCode::invalid_argument, "--worlds",
-            fmt::format("world sizes in [1, {}] (GPUs present)", gpus), std::to_string(w));
+    DCPMLA_REQUIRE(w >= 1 && w <= gpus, ErrorCode::invalid_argument, "--worlds",
+                   fmt::format("world sizes in [1, {}] (GPUs present)", gpus), std::to_string(w));
   }
   cudaDeviceProp p0;
   check_cuda(cudaGetDeviceProperties(&p0, 0), "cudaGetDeviceProperties");
@@ -163,7 +163,7 @@ int run(int argc, char** argv) {
         {"q_out_dtype", "bf16"},
         {"split_policy", mo.target_work_items > 0
                              ? fmt::format("target_work_items = {} per rank", mo.target_work_items)
-                             : std::string("cuda_plan_limits per rank")},
+                             : std::string("device_model() per rank")},
         {"worlds", worlds},
         {"timing",
          "CUDA events on every rank's stream at each phase boundary of every step; "

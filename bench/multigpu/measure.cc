@@ -77,10 +77,11 @@ std::vector<LaunchTiming> launch_timings(const std::vector<RankRecord>& ranks, s
       std::vector<double> rank_us;
       for (std::size_t r = 0; r < ranks.size(); ++r) {
         const auto& launches = ranks[r].phases[c][std::size_t(i)].launches;
-        require(k < launches.size() && launches[k].first == t.launch, ErrorCode::inconsistent,
-                "launch marks",
-                fmt::format("{} as launch {} of every step and rank", to_string(t.launch), k),
-                fmt::format("a different sequence on rank {}, step {}", r, i));
+        DCPMLA_REQUIRE(
+            k < launches.size() && launches[k].first == t.launch, ErrorCode::inconsistent,
+            "launch marks",
+            fmt::format("{} as launch {} of every step and rank", to_string(t.launch), k),
+            fmt::format("a different sequence on rank {}, step {}", r, i));
         rank_us.push_back(1e3 * launches[k].second);
         per_rank[r].push_back(rank_us.back());
       }

@@ -83,7 +83,7 @@ struct MeasureOptions {
   int warmup = 5;
   int steps = 50;
   int block_size = 64;
-  // Split-KV work items aimed at per rank; 0: the CUDA backend's own policy (cuda_plan_limits
+  // Split-KV work items aimed at per rank; 0: the CUDA backend's own model (device_model()
   // for each rank's shard and GPU).
   int target_work_items = 0;
   // Events after every launch of the query gather and the combine (LaunchTiming); false: only

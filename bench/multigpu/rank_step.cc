@@ -43,13 +43,10 @@ RankStep::RankStep(int rank, int world, const Shape& shape, const ShapeBatch& sb
   const Batch& batch = sb.batch;
   const int H = shape.heads, Hl = H / world;
   const Sharding sharding{world, rank, 1};
-  PlanLimits limits;
-  if (target_work_items > 0) {
-    limits.target_work_items = target_work_items;
-  } else {
-    limits = cuda_plan_limits(batch, sharding, H, block_size, rank);
-  }
-  plan_ = make_plan(batch, {sharding, H, block_size, sb.num_blocks, limits});
+  // A fixed work-item target is a model of that many workers; by default the GPU's own.
+  DeviceModel model = backend_->device_model();
+  if (target_work_items > 0) model.workers = target_work_items;
+  plan_ = make_plan(batch, {sharding, H, block_size, sb.num_blocks, model, 0});
   const std::int64_t N = plan_.num_rows;
 
   cache_ref_ = {nullptr, DType::bf16, sb.num_blocks, block_size, 1.0f};

@@ -17,7 +17,8 @@ namespace dcpmla::bench {
 
 class RankStep {
  public:
-  // target_work_items 0: split the KV as cuda_plan_limits says for this rank's shard and GPU.
+  // target_work_items 0: split the KV as the CUDA backend's device model says for this rank's
+  // shard.
   RankStep(int rank, int world, const Shape& shape, const ShapeBatch& batch, int block_size,
            int target_work_items);
   RankStep(const RankStep&) = delete;

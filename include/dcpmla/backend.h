@@ -9,9 +9,14 @@
 
 #include "dcpmla/cache.h"
 #include "dcpmla/plan.h"
+#include "dcpmla/schedule.h"
 #include "dcpmla/tensor.h"
 
 namespace dcpmla {
+
+class Communicator;
+class DcpWorkspace;
+struct DcpStepArgs;
 
 // An opaque stream handle (cudaStream_t for the CUDA backend, unused on the CPU).
 using Stream = void*;
@@ -26,18 +31,25 @@ void validate(const KvWriteArgs& args);
 // Every slot is -1 or inside the cache; for slots in host memory.
 void validate_slot_values(const KvWriteArgs& args);
 
+// What a decode runs: a Schedule (what an engine uses: capturable in a CUDA graph, written from the
+// host or planned on the device), or a host Plan (eager calls only: the backend writes it into a
+// schedule of its own first). Exactly one of them.
 struct DecodeArgs {
   const Plan* plan = nullptr;
+  const Schedule* schedule = nullptr;
   // [rows, H, 576] f32 or bf16 (absorbed query), or a DCP step's gathered query as the all-gather
   // leaves it, [W, rows, H / W, 576] (head w * H / W + h of row n at [w, n, h]): no unpack needed.
   TensorRef q;
-  KvCacheRef cache;            // this rank's cache
-  TensorRef block_table;       // [B, max_blocks] i32, shared by all ranks
+  KvCacheRef cache;  // this rank's cache
+  // [>= B, >= max_blocks] i32, shared by all ranks; with a schedule, at least its capacity's
+  // blocks_per_request columns.
+  TensorRef block_table;
   TensorRef out;               // [rows, H, 512] f32 or q's dtype; empty when send is set
   TensorRef lse;               // [rows, H] f32, natural log; empty when send is set
   float softmax_scale = 0.0f;  // explicit; finite and > 0
   float q_scale = 1.0f;        // scores use softmax_scale * q_scale * k_scale
-  TensorRef workspace;         // >= decode_workspace_bytes(plan) bytes (u8/any dtype, 1-D)
+  // >= decode_workspace_bytes(plan), or of the schedule's capacity.partial_rows (any dtype, 1-D)
+  TensorRef workspace;
   // The other output form, for the a2a combine of a DCP step: with send set, every (row, head)'s
   // O and LSE go into the all-to-all send rows [send_world, rows, H / send_world,
   // packed_row(send.dtype)] (f32 or bf16), exactly as combine_pack writes them from an f32 out
@@ -54,6 +66,15 @@ inline bool decodes_into_send(const DecodeArgs& args) {
   return args.send.data != nullptr || args.send_world != 0;
 }
 void validate(const DecodeArgs& args);
+// The shape of the plan a decode runs (its plan's, or what its schedule's host knows).
+struct DecodeShape {
+  const PlanConfig* config;
+  std::int64_t rows;
+  std::int32_t requests;
+  std::int32_t blocks_per_request;  // columns the block table needs
+  std::size_t workspace_bytes;
+};
+DecodeShape decode_shape(const DecodeArgs& args);
 
 // ag_rs local step. From gathered LSE [W, N, H] compute merged L, then write this rank's O scaled
 // by exp(L_r - L) into send [W, N, H/W, 512] (grouped by destination rank; zero where the weight
@@ -130,13 +151,31 @@ class Backend {
   // dst[i] += src[i] for i < count, both f32 in this backend's memory.
   virtual void accumulate(float* dst, const float* src, std::size_t count, Stream s) = 0;
 
+  // The planner's model of this backend (PlanConfig::model).
+  virtual DeviceModel device_model() const = 0;
+  // Schedule::update and Schedule::plan_on_device, after their checks: write the plan into the
+  // schedule's memory on s.
+  virtual void update_schedule(Schedule& schedule, const Plan& plan, Stream s) = 0;
+  virtual void plan_schedule(Schedule& schedule, const DeviceBatchRef& batch,
+                             std::int64_t num_tokens, Stream s) = 0;
+
   virtual void write_kv(const KvWriteArgs& args, Stream s) = 0;
-  virtual void decode(const DecodeArgs& args, Stream s) = 0;
+  // Validates args (validate(const DecodeArgs&)), then runs the decode.
+  void decode(const DecodeArgs& args, Stream s) {
+    validate(args);
+    run_decode(args, s);
+  }
   virtual void unpack_query(const UnpackQueryArgs& args, Stream s) = 0;
   virtual void combine_rescale(const CombineRescaleArgs& args, Stream s) = 0;
   virtual void combine_pack(const CombinePackArgs& args, Stream s) = 0;
   virtual void combine_merge(const CombineMergeArgs& args, Stream s) = 0;
   virtual void convert(const ConvertArgs& args, Stream s) = 0;
+
+ protected:
+  // The decode of arguments validate() accepted. dcp_step validates a step's arguments once and
+  // calls this directly.
+  virtual void run_decode(const DecodeArgs& args, Stream s) = 0;
+  friend void dcp_step(Backend&, Communicator&, DcpWorkspace&, const DcpStepArgs&, Stream);
 };
 
 // A buffer owned through a backend's allocator.

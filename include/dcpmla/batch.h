@@ -40,6 +40,14 @@ inline std::int64_t row_global_bound(std::int64_t T, int Q, int j, Mask mask) {
   return mask == Mask::full ? T : T - (Q - 1 - j);
 }
 
+// Per query row (incl. padding): its request (-1 for padding) and its exclusive global bound
+// (0 for padding). SPEC section 3's definitions, for tests and tools; planners compute the local
+// bounds directly.
+std::vector<std::int32_t> row_requests(const Batch& batch);
+std::vector<std::int64_t> row_global_bounds(const Batch& batch);
+// SPEC: uniform iff num_tokens == B * max_Q (padding rows count as tokens).
+bool is_uniform(const Batch& batch);
+
 // The single-token-row view a one-query-per-item kernel needs: every real row becomes a request
 // with Q = 1, T = its own bound, and a copy of its request's block table row. Padding is kept.
 Batch flatten(const Batch& batch);

@@ -46,12 +46,14 @@ std::size_t dcp_exchange_chunk_bytes(int world, std::int64_t max_rows, int heads
                                      DType q_dtype);
 
 struct DcpStepArgs {
-  const Plan* plan = nullptr;  // this rank's plan (plan->config.sharding.rank == comm.rank())
-  TensorRef q_local;           // [N, Hl, 576]: this rank's heads of the query
-  KvCacheRef cache;            // this rank's cache
-  TensorRef block_table;       // [B, max_blocks] i32
-  TensorRef out;               // [N, Hl, 512] f32 or bf16: this rank's heads, combined
-  TensorRef lse;               // [N, Hl] f32
+  // This rank's plan (eager) or schedule (DecodeArgs): config.sharding.rank == comm.rank().
+  const Plan* plan = nullptr;
+  const Schedule* schedule = nullptr;
+  TensorRef q_local;      // [N, Hl, 576]: this rank's heads of the query
+  KvCacheRef cache;       // this rank's cache
+  TensorRef block_table;  // [B, max_blocks] i32
+  TensorRef out;          // [N, Hl, 512] f32 or bf16: this rank's heads, combined
+  TensorRef lse;          // [N, Hl] f32
   float softmax_scale = 0.0f;
   float q_scale = 1.0f;
   Combine combine = Combine::ag_rs;

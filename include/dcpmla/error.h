@@ -36,10 +36,13 @@ class Error : public std::runtime_error {
   std::string actual_;
 };
 
-// Throws Error(code, argument, expected, actual) unless ok.
-inline void require(bool ok, ErrorCode code, const std::string& argument,
-                    const std::string& expected, const std::string& actual) {
-  if (!ok) throw Error(code, argument, expected, actual);
-}
+// Throws Error(code, argument, expected, actual) unless ok. The message arguments are evaluated
+// only when the check fails, so a passing check formats nothing.
+#define DCPMLA_REQUIRE(ok, code, argument, expected, actual)           \
+  do {                                                                 \
+    if (!(ok)) [[unlikely]] {                                          \
+      throw ::dcpmla::Error((code), (argument), (expected), (actual)); \
+    }                                                                  \
+  } while (false)
 
 }  // namespace dcpmla

@@ -1,5 +1,6 @@
-// The planner: a pure function from (batch, sharding, shape, limits) to everything a backend needs
-// to run one rank's decode. Backends execute plans; they never re-derive request boundaries.
+// The planner: a pure function from (batch, sharding, shape, device model) to everything a backend
+// needs to run one rank's decode: work items in launch order and the merge rows of split requests.
+// Backends execute plans as they are (through a Schedule, schedule.h); nothing re-tiles them.
 #pragma once
 
 #include <cstdint>
@@ -10,21 +11,14 @@
 
 namespace dcpmla {
 
-// How the KV of a request is cut into work items.
-struct PlanLimits {
-  // Split a request's local KV into chunks of this many blocks (0: choose from target_work_items).
-  // Chunks start at multiples of the chunk size, so two plans with the same chunk cut every
-  // request's KV at the same places (flattened and native forms then agree bit for bit).
-  int kv_chunk_blocks = 0;
-  // Aim for about this many work items in total (e.g. a few per thread or per SM); 0 = no split.
-  int target_work_items = 0;
-  // Never cut chunks smaller than this many blocks when choosing automatically.
-  int min_chunk_blocks = 1;
-  // Empty, or one entry per request: a positive entry cuts that request's KV into chunks of this
-  // many blocks instead of the batch-wide chunk above (e.g. only the requests that would run in
-  // a GPU's last, partly filled wave of thread blocks: gpu_plan_limits); 0 keeps the batch-wide
-  // chunk.
-  std::vector<std::int32_t> request_chunk_blocks = {};
+// What the planner knows of the machine that runs a plan (Backend::device_model supplies it).
+struct DeviceModel {
+  // Work items run at once (SMs of a GPU, threads of the CPU); 0: never split a request's KV.
+  int workers = 0;
+  // (row, head) pairs one work item computes at most; 0: all of a request's Q x H pairs.
+  int tile_pairs = 0;
+  // A split never cuts a request's local KV into chunks shorter than this many tokens.
+  int min_split_tokens = 256;
 };
 
 struct PlanConfig {
@@ -32,56 +26,80 @@ struct PlanConfig {
   int num_heads = 0;            // heads seen by the kernel (after the DCP query all-gather)
   int block_size = 0;           // tokens per cache block
   std::int64_t num_blocks = 0;  // blocks in each rank's cache (block ids must be < this)
-  PlanLimits limits;
+  DeviceModel model;
+  // > 0: cut every request's local KV into chunks of this many blocks instead of the model's
+  // choice. Chunks start at multiples of the chunk, so two plans with the same chunk cut every
+  // request's KV at the same places (flattened and native forms then agree bit for bit).
+  int kv_chunk_blocks = 0;
+  // Limits a split must respect (-1: none): a split is chosen only when the plan's work items and
+  // split-KV partial rows stay within them (a Schedule's capacity; the workspace the caller has).
+  std::int64_t max_work_items = -1;
+  std::int64_t max_partial_rows = -1;
 };
 
-// One unit of backend work: all Q rows of one request against local KV tokens [kv_begin, kv_end).
+// One unit of backend work: pairs [pair_begin, pair_begin + num_pairs) of one request, where its
+// pairs are its Q rows x H heads in row-major order (pair = j * H + h), against local KV tokens
+// [kv_begin, kv_end). 32 bytes: the device reads the plan's items as they are.
 struct WorkItem {
-  std::int32_t request;
-  std::int32_t row_begin;  // first query row of the request
-  std::int32_t num_rows;   // Q of the request
-  std::int32_t kv_begin;   // local token index, a multiple of block_size
-  std::int32_t kv_end;     // exclusive
-  // -1: the request is not split and the item writes the final O / LSE rows.
-  // Otherwise the first of num_rows consecutive rows in the fp32 partial workspace.
+  std::int32_t request;         // block-table row
+  std::int32_t row_begin;       // first query row of the request
+  std::int32_t pair_begin;      // first pair of the item
+  std::int32_t num_pairs;       // >= 1
+  std::int32_t kv_begin;        // local token index, a multiple of block_size
+  std::int32_t kv_end;          // exclusive
+  std::int32_t kv_visible_end;  // max over the item's rows of min(row bound, kv_end); >= kv_begin
+  // -1: the request is not split and the item writes the final O / LSE rows. Otherwise the first
+  // of the request's Q consecutive rows of this split in the fp32 partial workspace.
   std::int32_t partial_row;
 };
+static_assert(sizeof(WorkItem) == 32);
 
-// A split request: its num_splits partial results, split s at partial rows
-// [first_partial_row + s * num_rows, ... + num_rows), are merged into its output rows.
-struct SplitMerge {
-  std::int32_t request;
-  std::int32_t row_begin;
-  std::int32_t num_rows;
-  std::int32_t num_splits;
+// One query row of a split request: merges num_splits partials (split s at partial row
+// first_partial_row + s * split_stride_rows) into output row out_row, for every head.
+struct MergeRow {
+  std::int32_t out_row;
   std::int32_t first_partial_row;
+  std::int32_t num_splits;
+  std::int32_t split_stride_rows;  // the request's Q
 };
+static_assert(sizeof(MergeRow) == 16);
 
 struct Plan {
   PlanConfig config;
   std::int32_t num_requests = 0;
   std::int64_t num_rows = 0;       // query rows incl. padding
   std::int64_t num_real_rows = 0;  // query_start_loc[B]
-  std::int32_t max_q = 0;
-  bool uniform = false;  // num_rows == B * max_q (padding rows make it ragged)
-  std::int32_t max_local_len = 0;
+  std::int32_t max_splits = 1;     // most splits of one request
+  // Block-table columns the group's fullest rank (rank 0) reads for one request at most: what
+  // every rank requires of the table, so all ranks accept or refuse a shared table alike.
+  std::int32_t blocks_per_request = 0;
 
-  std::vector<std::int32_t> row_request;        // [num_rows], -1 for padding rows
-  std::vector<std::int64_t> row_global_bound;   // [num_rows], exclusive; 0 for padding
-  std::vector<std::int32_t> row_local_bound;    // [num_rows], visible local prefix on this rank
+  std::vector<std::int32_t> row_local_bound;    // [num_rows], visible local prefix; 0 for padding
   std::vector<std::int32_t> request_local_len;  // [B], local_len(rank, T_b)
-  std::vector<WorkItem> work;                   // every request has >= 1 item (maybe empty KV)
-  std::vector<SplitMerge> merges;
+  // Launch order: work items of the longest KV walk first, a request split's items together.
+  // Every request has >= 1 item (maybe with empty KV).
+  std::vector<WorkItem> work;
+  std::vector<MergeRow> merges;       // [rows of split requests]
   std::int64_t num_partial_rows = 0;  // rows of the split-KV partial workspace
 };
 
-// Validates everything (throws Error naming the argument, expected and actual) and plans.
+// Validates (throws Error naming the argument, expected and actual) and plans. The batch's block
+// table is not read; validate_block_ids checks it when asked.
 Plan make_plan(const Batch& batch, const PlanConfig& config);
 
 // Only the validation part of make_plan.
 void validate_batch(const Batch& batch, const PlanConfig& config);
 
-// Bytes of scratch a backend needs to run `plan`: fp32 partial O [rows, H, 512] + LSE [rows, H].
-std::size_t decode_workspace_bytes(const Plan& plan);
+// Every block id a rank of config's group reads from batch.block_table is in [0, num_blocks), and
+// the table has the columns for it. Rank 0 reads the most (every rank uses a prefix of the same
+// row), so all ranks accept or refuse a shared batch alike.
+void validate_block_ids(const Batch& batch, const PlanConfig& config);
+
+// Bytes of scratch a decode with `partial_rows` split rows and `num_heads` heads needs: fp32
+// partial O [rows, H, 512] + LSE [rows, H].
+std::size_t decode_workspace_bytes(std::int64_t partial_rows, int num_heads);
+inline std::size_t decode_workspace_bytes(const Plan& plan) {
+  return decode_workspace_bytes(plan.num_partial_rows, plan.config.num_heads);
+}
 
 }  // namespace dcpmla

@@ -20,10 +20,11 @@ Combine parse_combine(std::string_view text, const std::string& argument) {
 DcpWorkspace::DcpWorkspace(Backend& backend, int world_, std::int64_t max_rows_,
                            int heads_per_rank_, DType q_dtype_, std::size_t decode_bytes)
     : world(world_), max_rows(max_rows_), heads_per_rank(heads_per_rank_), q_dtype(q_dtype_) {
-  require(world >= 1, ErrorCode::invalid_argument, "world", ">= 1", std::to_string(world));
-  require(max_rows >= 0, ErrorCode::invalid_argument, "max_rows", ">= 0", std::to_string(max_rows));
-  require(heads_per_rank >= 1, ErrorCode::invalid_argument, "heads_per_rank", ">= 1",
-          std::to_string(heads_per_rank));
+  DCPMLA_REQUIRE(world >= 1, ErrorCode::invalid_argument, "world", ">= 1", std::to_string(world));
+  DCPMLA_REQUIRE(max_rows >= 0, ErrorCode::invalid_argument, "max_rows", ">= 0",
+                 std::to_string(max_rows));
+  DCPMLA_REQUIRE(heads_per_rank >= 1, ErrorCode::invalid_argument, "heads_per_rank", ">= 1",
+                 std::to_string(heads_per_rank));
   const std::size_t W = world, N = max_rows, Hl = heads_per_rank, H = W * Hl;
   gathered_q = DeviceBuffer(backend, W * N * Hl * kHeadDim * dtype_size(q_dtype));
   partial_out = DeviceBuffer(backend, N * H * kLatentDim * 4);
@@ -51,51 +52,52 @@ std::size_t DcpWorkspace::exchange_chunk_bytes() const {
 
 void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpStepArgs& a,
               Stream s) {
-  require(a.plan != nullptr, ErrorCode::invalid_argument, "plan", "a plan", "null");
-  const Plan& plan = *a.plan;
-  const auto& sh = plan.config.sharding;
+  DecodeArgs decode;
+  decode.plan = a.plan;
+  decode.schedule = a.schedule;
+  const DecodeShape shape = decode_shape(decode);
+  const PlanConfig& config = *shape.config;
+  const auto& sh = config.sharding;
   const int W = comm.world();
-  require(sh.world == W, ErrorCode::inconsistent, "plan.config.sharding.world",
-          fmt::format("the communicator's world {}", W), std::to_string(sh.world));
-  require(sh.rank == comm.rank(), ErrorCode::inconsistent, "plan.config.sharding.rank",
-          fmt::format("the communicator's rank {}", comm.rank()), std::to_string(sh.rank));
-  const std::int64_t N = plan.num_rows, H = plan.config.num_heads;
-  require(H % W == 0, ErrorCode::shape_mismatch, "num_heads",
-          fmt::format("a multiple of world {} (the query is gathered over heads)", W),
-          std::to_string(H));
+  DCPMLA_REQUIRE(sh.world == W, ErrorCode::inconsistent, "plan.config.sharding.world",
+                 fmt::format("the communicator's world {}", W), std::to_string(sh.world));
+  DCPMLA_REQUIRE(sh.rank == comm.rank(), ErrorCode::inconsistent, "plan.config.sharding.rank",
+                 fmt::format("the communicator's rank {}", comm.rank()), std::to_string(sh.rank));
+  const std::int64_t N = shape.rows, H = config.num_heads;
+  DCPMLA_REQUIRE(H % W == 0, ErrorCode::shape_mismatch, "num_heads",
+                 fmt::format("a multiple of world {} (the query is gathered over heads)", W),
+                 std::to_string(H));
   const std::int64_t Hl = H / W;
   check_tensor(a.q_local, "q_local", {DType::f32, DType::bf16}, {N, Hl, kHeadDim});
   check_tensor(a.out, "out", {DType::f32, DType::bf16}, {N, Hl, kLatentDim});
   check_tensor(a.lse, "lse", DType::f32, {N, Hl});
-  require(ws.world == W && ws.heads_per_rank == Hl && ws.q_dtype == a.q_local.dtype,
-          ErrorCode::inconsistent, "workspace",
-          fmt::format("world {}, {} heads per rank, q dtype {}", W, Hl, to_string(a.q_local.dtype)),
-          fmt::format("world {}, {} heads per rank, q dtype {}", ws.world, ws.heads_per_rank,
-                      to_string(ws.q_dtype)));
-  require(N <= ws.max_rows, ErrorCode::shape_mismatch, "workspace.max_rows",
-          fmt::format(">= {} rows", N), std::to_string(ws.max_rows));
+  DCPMLA_REQUIRE(
+      ws.world == W && ws.heads_per_rank == Hl && ws.q_dtype == a.q_local.dtype,
+      ErrorCode::inconsistent, "workspace",
+      fmt::format("world {}, {} heads per rank, q dtype {}", W, Hl, to_string(a.q_local.dtype)),
+      fmt::format("world {}, {} heads per rank, q dtype {}", ws.world, ws.heads_per_rank,
+                  to_string(ws.q_dtype)));
+  DCPMLA_REQUIRE(N <= ws.max_rows, ErrorCode::shape_mismatch, "workspace.max_rows",
+                 fmt::format(">= {} rows", N), std::to_string(ws.max_rows));
 
   const DType qt = a.q_local.dtype;
   const TensorRef gathered = ws.gathered_q.tensor(qt, {W, N, Hl, kHeadDim});
   const TensorRef partial_out = ws.partial_out.tensor(DType::f32, {N, H, kLatentDim});
   const TensorRef partial_lse = ws.partial_lse.tensor(DType::f32, {N, H});
   // The decode reads the query where the all-gather leaves it, so no unpack launch follows it.
-  DecodeArgs decode{&plan,
-                    gathered,
-                    a.cache,
-                    a.block_table,
-                    partial_out,
-                    partial_lse,
-                    a.softmax_scale,
-                    a.q_scale,
-                    ws.decode.tensor(DType::fp8_e4m3, {std::int64_t(ws.decode.bytes())}),
-                    /*send_world=*/0,
-                    /*send=*/{}};
-  require(a.combine_payload == DType::f32 ||
-              (a.combine_payload == DType::bf16 && a.combine == Combine::a2a),
-          ErrorCode::invalid_argument, "combine_payload",
-          "f32, or bf16 with the a2a combine (ag_rs sums in fp32)",
-          fmt::format("{} with {}", to_string(a.combine_payload), to_string(a.combine)));
+  decode.q = gathered;
+  decode.cache = a.cache;
+  decode.block_table = a.block_table;
+  decode.out = partial_out;
+  decode.lse = partial_lse;
+  decode.softmax_scale = a.softmax_scale;
+  decode.q_scale = a.q_scale;
+  decode.workspace = ws.decode.tensor(DType::fp8_e4m3, {std::int64_t(ws.decode.bytes())});
+  DCPMLA_REQUIRE(a.combine_payload == DType::f32 ||
+                     (a.combine_payload == DType::bf16 && a.combine == Combine::a2a),
+                 ErrorCode::invalid_argument, "combine_payload",
+                 "f32, or bf16 with the a2a combine (ag_rs sums in fp32)",
+                 fmt::format("{} with {}", to_string(a.combine_payload), to_string(a.combine)));
   const DType pt = a.combine_payload;
   const std::int64_t row = packed_row(pt);
   // The workspace is sized for the fp32 rows, which are the larger.
@@ -111,10 +113,10 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
   }
   // Every check happens before the first collective, so bad input cannot leave peers waiting
   // in a collective this rank never joins (when all ranks see the same bad input).
+  DCPMLA_REQUIRE(shape.workspace_bytes <= ws.decode.bytes(), ErrorCode::shape_mismatch,
+                 "workspace.decode", fmt::format(">= {} bytes", shape.workspace_bytes),
+                 std::to_string(ws.decode.bytes()));
   validate(decode);
-  require(decode_workspace_bytes(plan) <= ws.decode.bytes(), ErrorCode::shape_mismatch,
-          "workspace.decode", fmt::format(">= {} bytes", decode_workspace_bytes(plan)),
-          std::to_string(ws.decode.bytes()));
 
   if (W == 1) {
     // No DCP: the local query is the whole query and the local result the final one (a merge of
@@ -123,11 +125,11 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
     direct.q = a.q_local;
     direct.out = a.out;
     direct.lse = a.lse;
-    backend.decode(direct, s);
+    backend.run_decode(direct, s);
     return;
   }
   comm.all_gather(a.q_local.data, gathered.data, std::size_t(N * Hl * kHeadDim), qt, s);
-  backend.decode(decode, s);
+  backend.run_decode(decode, s);
 
   if (a.combine == Combine::ag_rs) {
     const TensorRef all_lse = ws.recv_lse.tensor(DType::f32, {W, N, H});

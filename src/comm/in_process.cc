@@ -7,13 +7,13 @@ namespace dcpmla {
 
 InProcessGroup::InProcessGroup(int world)
     : world_(world), barrier_(world > 0 ? world : 1), published_(world > 0 ? world : 0) {
-  require(world >= 1, ErrorCode::invalid_argument, "world", ">= 1", std::to_string(world));
+  DCPMLA_REQUIRE(world >= 1, ErrorCode::invalid_argument, "world", ">= 1", std::to_string(world));
 }
 
 InProcessCommunicator::InProcessCommunicator(InProcessGroup& group, int rank, Backend* memory)
     : group_(group), rank_(rank), memory_(memory) {
-  require(rank >= 0 && rank < group.world(), ErrorCode::out_of_range, "rank",
-          "in [0, " + std::to_string(group.world()) + ")", std::to_string(rank));
+  DCPMLA_REQUIRE(rank >= 0 && rank < group.world(), ErrorCode::out_of_range, "rank",
+                 "in [0, " + std::to_string(group.world()) + ")", std::to_string(rank));
 }
 
 template <class Read>

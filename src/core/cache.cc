@@ -14,19 +14,20 @@ std::size_t KvCacheRef::bytes() const {
 }
 
 void validate_cache(const KvCacheRef& cache, const std::string& argument) {
-  require(cache.dtype == DType::f32 || cache.dtype == DType::bf16 || cache.dtype == DType::fp8_e4m3,
-          ErrorCode::dtype_mismatch, argument + ".dtype", "fp32, bf16 or fp8",
-          to_string(cache.dtype));
-  require(cache.num_blocks >= 1, ErrorCode::invalid_argument, argument + ".num_blocks", ">= 1",
-          std::to_string(cache.num_blocks));
-  require(cache.block_size >= 1, ErrorCode::invalid_argument, argument + ".block_size", ">= 1",
-          std::to_string(cache.block_size));
-  require(std::isfinite(cache.k_scale) && cache.k_scale > 0.0f, ErrorCode::invalid_argument,
-          argument + ".k_scale", "finite and > 0", std::to_string(cache.k_scale));
-  require(cache.dtype == DType::fp8_e4m3 || cache.k_scale == 1.0f, ErrorCode::invalid_argument,
-          argument + ".k_scale", "1 for an unquantised cache", std::to_string(cache.k_scale));
-  require(cache.data != nullptr, ErrorCode::invalid_argument, argument + ".data",
-          "a non-null buffer", "null");
+  DCPMLA_REQUIRE(
+      cache.dtype == DType::f32 || cache.dtype == DType::bf16 || cache.dtype == DType::fp8_e4m3,
+      ErrorCode::dtype_mismatch, argument + ".dtype", "fp32, bf16 or fp8", to_string(cache.dtype));
+  DCPMLA_REQUIRE(cache.num_blocks >= 1, ErrorCode::invalid_argument, argument + ".num_blocks",
+                 ">= 1", std::to_string(cache.num_blocks));
+  DCPMLA_REQUIRE(cache.block_size >= 1, ErrorCode::invalid_argument, argument + ".block_size",
+                 ">= 1", std::to_string(cache.block_size));
+  DCPMLA_REQUIRE(std::isfinite(cache.k_scale) && cache.k_scale > 0.0f, ErrorCode::invalid_argument,
+                 argument + ".k_scale", "finite and > 0", std::to_string(cache.k_scale));
+  DCPMLA_REQUIRE(cache.dtype == DType::fp8_e4m3 || cache.k_scale == 1.0f,
+                 ErrorCode::invalid_argument, argument + ".k_scale", "1 for an unquantised cache",
+                 std::to_string(cache.k_scale));
+  DCPMLA_REQUIRE(cache.data != nullptr, ErrorCode::invalid_argument, argument + ".data",
+                 "a non-null buffer", "null");
 }
 
 HostKvCache::HostKvCache(DType dtype, std::int64_t num_blocks, int block_size, float k_scale)

@@ -4,6 +4,8 @@
 #include <limits>
 #include <string>
 
+#include "core/plan_rules.h"
+#include "core/split_policy.h"
 #include "dcpmla/error.h"
 #include "dcpmla/plan.h"
 #include "dcpmla/types.h"
@@ -11,54 +13,53 @@
 namespace dcpmla {
 namespace {
 
-// 64-bit idiv costs tens of cycles here; block sizes and W * I are powers of two in practice.
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
-  if ((b & (b - 1)) == 0) return (a + b - 1) >> __builtin_ctzll(std::uint64_t(b));
-  return (a + b - 1) / b;
-}
-
-// Sharding::local_len (out of line, two 64-bit divisions) with shifts when W * I is a power of 2.
-std::int64_t fast_local_len(const Sharding& sh, std::int64_t L) {
-  const std::int64_t span = std::int64_t(sh.world) * sh.interleave;
-  if ((span & (span - 1)) != 0) return sh.local_len(L);
-  const std::int64_t rem = (L & (span - 1)) - std::int64_t(sh.rank) * sh.interleave;
-  return (L >> __builtin_ctzll(std::uint64_t(span))) * sh.interleave +
-         std::clamp<std::int64_t>(rem, 0, sh.interleave);
-}
-
 void validate_config(const PlanConfig& config) {
-  require(config.block_size >= 1, ErrorCode::invalid_argument, "block_size", ">= 1",
-          std::to_string(config.block_size));
+  DCPMLA_REQUIRE(config.block_size >= 1, ErrorCode::invalid_argument, "block_size", ">= 1",
+                 std::to_string(config.block_size));
   config.sharding.validate(config.block_size);
-  require(config.num_heads >= 1, ErrorCode::invalid_argument, "num_heads", ">= 1",
-          std::to_string(config.num_heads));
-  require(config.num_blocks >= 1, ErrorCode::invalid_argument, "num_blocks", ">= 1",
-          std::to_string(config.num_blocks));
-  const auto& lim = config.limits;
-  require(lim.kv_chunk_blocks >= 0, ErrorCode::invalid_argument, "limits.kv_chunk_blocks",
-          ">= 0 (0 = automatic)", std::to_string(lim.kv_chunk_blocks));
-  require(lim.target_work_items >= 0, ErrorCode::invalid_argument, "limits.target_work_items",
-          ">= 0 (0 = no split)", std::to_string(lim.target_work_items));
-  require(lim.min_chunk_blocks >= 1, ErrorCode::invalid_argument, "limits.min_chunk_blocks", ">= 1",
-          std::to_string(lim.min_chunk_blocks));
+  DCPMLA_REQUIRE(config.num_heads >= 1, ErrorCode::invalid_argument, "num_heads", ">= 1",
+                 std::to_string(config.num_heads));
+  DCPMLA_REQUIRE(config.num_blocks >= 1, ErrorCode::invalid_argument, "num_blocks", ">= 1",
+                 std::to_string(config.num_blocks));
+  const DeviceModel& m = config.model;
+  DCPMLA_REQUIRE(m.workers >= 0, ErrorCode::invalid_argument, "model.workers",
+                 ">= 0 (0 = never split)", std::to_string(m.workers));
+  DCPMLA_REQUIRE(m.tile_pairs >= 0, ErrorCode::invalid_argument, "model.tile_pairs",
+                 ">= 0 (0 = all pairs of a request)", std::to_string(m.tile_pairs));
+  DCPMLA_REQUIRE(m.min_split_tokens >= 1, ErrorCode::invalid_argument, "model.min_split_tokens",
+                 ">= 1", std::to_string(m.min_split_tokens));
+  DCPMLA_REQUIRE(config.kv_chunk_blocks >= 0, ErrorCode::invalid_argument, "kv_chunk_blocks",
+                 ">= 0 (0 = the model's choice)", std::to_string(config.kv_chunk_blocks));
 }
 
-// Checks the blocks rank 0 reads, the most any rank reads (every rank uses a prefix of the same
-// row), so every rank of a group accepts or rejects a shared batch alike: a rank that alone
-// rejected it would leave its peers waiting in the step's first collective.
-void validate_block_table(const Batch& batch, const PlanConfig& config) {
+}  // namespace
+
+void validate_batch(const Batch& batch, const PlanConfig& config) {
+  validate_config(config);
+  validate_layout(batch);
+  // A work item's pairs are counted in int32.
+  const std::int64_t max_q = std::numeric_limits<std::int32_t>::max() / config.num_heads;
+  for (int b = 0; b < batch.num_requests(); ++b) {
+    if (batch.q_len(b) <= max_q) continue;
+    DCPMLA_REQUIRE(batch.q_len(b) <= max_q, ErrorCode::unsupported,
+                   fmt::format("query_start_loc[{}]", b + 1),
+                   fmt::format("at most {} rows a request ({} heads: 2^31 - 1 pairs)", max_q,
+                               config.num_heads),
+                   fmt::format("{} rows", batch.q_len(b)));
+  }
+}
+
+void validate_block_ids(const Batch& batch, const PlanConfig& config) {
+  validate_config(config);
+  validate_layout(batch);
   const std::size_t B = batch.total_len.size();
   const Sharding sh{config.sharding.world, 0, config.sharding.interleave};
   for (std::size_t b = 0; b < B; ++b) {
-    const auto local = fast_local_len(sh, batch.total_len[b]);
-    const auto needed = ceil_div(local, config.block_size);
-    if (needed > batch.max_blocks) {
-      require(needed <= batch.max_blocks, ErrorCode::shape_mismatch,
-              fmt::format("block_table row {}", b),
-              fmt::format(">= {} blocks ({} tokens of T = {} on rank 0, which holds the most)",
-                          needed, local, batch.total_len[b]),
-              fmt::format("{} columns", batch.max_blocks));
-    }
+    const auto needed = rules::ceil_div(sh.local_len(batch.total_len[b]), config.block_size);
+    DCPMLA_REQUIRE(
+        needed <= batch.max_blocks, ErrorCode::shape_mismatch, fmt::format("block_table row {}", b),
+        fmt::format(">= {} blocks (T = {}: rank 0 holds the most)", needed, batch.total_len[b]),
+        fmt::format("{} columns", batch.max_blocks));
     // A min/max scan (vectorised); the per-id loop below only runs to name a bad id.
     const auto row = batch.block_row(int(b));
     std::int32_t lo = 0, hi = 0;
@@ -68,45 +69,19 @@ void validate_block_table(const Batch& batch, const PlanConfig& config) {
     }
     if (lo >= 0 && hi < config.num_blocks) continue;
     for (std::int64_t i = 0; i < needed; ++i) {
-      if (row[i] >= 0 && row[i] < config.num_blocks) continue;
-      require(row[i] >= 0 && row[i] < config.num_blocks, ErrorCode::out_of_range,
-              fmt::format("block_table[{}][{}]", b, i),
-              fmt::format("a block id in [0, {})", config.num_blocks), std::to_string(row[i]));
+      DCPMLA_REQUIRE(row[i] >= 0 && row[i] < config.num_blocks, ErrorCode::out_of_range,
+                     fmt::format("block_table[{}][{}]", b, i),
+                     fmt::format("a block id in [0, {})", config.num_blocks),
+                     std::to_string(row[i]));
     }
   }
-}
-
-// Chunk size in blocks that cuts the batch's KV into about target_work_items pieces.
-std::int64_t choose_chunk_blocks(const PlanLimits& lim, std::int64_t total_blocks) {
-  if (lim.kv_chunk_blocks > 0) return lim.kv_chunk_blocks;
-  if (lim.target_work_items == 0) return std::numeric_limits<std::int32_t>::max();
-  return std::max<std::int64_t>(
-      lim.min_chunk_blocks,
-      ceil_div(std::max<std::int64_t>(total_blocks, 1), lim.target_work_items));
-}
-
-}  // namespace
-
-void validate_batch(const Batch& batch, const PlanConfig& config) {
-  validate_config(config);
-  validate_layout(batch);
-  const auto& chunks = config.limits.request_chunk_blocks;
-  require(chunks.empty() || chunks.size() == std::size_t(batch.num_requests()),
-          ErrorCode::shape_mismatch, "limits.request_chunk_blocks",
-          fmt::format("empty or {} entries (one per request)", batch.num_requests()),
-          fmt::format("{} entries", chunks.size()));
-  for (std::size_t b = 0; b < chunks.size(); ++b) {
-    require(chunks[b] >= 0, ErrorCode::invalid_argument,
-            fmt::format("limits.request_chunk_blocks[{}]", b), ">= 0 (0 = the batch-wide chunk)",
-            std::to_string(chunks[b]));
-  }
-  validate_block_table(batch, config);
 }
 
 Plan make_plan(const Batch& batch, const PlanConfig& config) {
   validate_batch(batch, config);
   const auto& sh = config.sharding;
   const int B = batch.num_requests();
+  const int H = config.num_heads;
   const int bs = config.block_size;
 
   Plan plan;
@@ -114,101 +89,120 @@ Plan make_plan(const Batch& batch, const PlanConfig& config) {
   plan.num_requests = B;
   plan.num_rows = batch.rows();
   plan.num_real_rows = batch.real_tokens();
-  plan.row_request.assign(std::size_t(plan.num_rows), -1);
-  plan.row_global_bound.assign(std::size_t(plan.num_rows), 0);
   plan.row_local_bound.assign(std::size_t(plan.num_rows), 0);
   plan.request_local_len.resize(std::size_t(B));
 
-  std::int64_t total_blocks = 0;
+  SplitInputs in;
+  in.resize(B);
+  const std::int64_t span = std::int64_t(sh.world) * sh.interleave;
+  const std::int64_t own_begin = std::int64_t(sh.rank) * sh.interleave;
+  const std::int64_t own_end = own_begin + sh.interleave;
   for (int b = 0; b < B; ++b) {
     const int Q = batch.q_len(b);
     const auto T = batch.total_len[b];
-    const auto local = fast_local_len(sh, T);
-    plan.max_q = std::max(plan.max_q, Q);
+    const auto local = rules::local_len(T, sh.world, sh.rank, sh.interleave);
     plan.request_local_len[b] = std::int32_t(local);
-    plan.max_local_len = std::max(plan.max_local_len, std::int32_t(local));
-    total_blocks += ceil_div(local, bs);
+    const auto fullest = rules::local_len(T, sh.world, 0, sh.interleave);
+    plan.blocks_per_request =
+        std::max(plan.blocks_per_request, std::int32_t(rules::ceil_div(fullest, bs)));
+    in.q[b] = Q;
+    in.kv_blocks[b] = rules::ceil_div(local, bs);
+    in.tiles[b] = rules::tiles_per_split(Q, H, config.model.tile_pairs);
     // The visible prefix is local_len of the row's own global bound, never local(T) - offset.
     // Causal bounds of consecutive rows differ by one position, so local_len(bound + 1) is
     // local_len(bound) plus one when this rank owns position `bound`: no division per row.
-    const Mask mask = batch.mask_of(b);
-    const std::size_t first = std::size_t(batch.query_start_loc[b]);
-    std::int64_t bound = row_global_bound(T, Q, 0, mask);
-    std::int64_t local_bound = std::min(local, fast_local_len(sh, bound));
-    const std::int64_t span = std::int64_t(sh.world) * sh.interleave;
-    const std::int64_t own_begin = std::int64_t(sh.rank) * sh.interleave;
-    const std::int64_t own_end = own_begin + sh.interleave;
-    std::int64_t phase = (span & (span - 1)) == 0 ? (bound & (span - 1)) : bound % span;
+    const bool full = batch.mask_of(b) == Mask::full;
+    std::int32_t* bounds = plan.row_local_bound.data() + batch.query_start_loc[b];
+    std::int64_t bound = full ? T : T - (Q - 1);
+    std::int64_t local_bound = rules::local_len(bound, sh.world, sh.rank, sh.interleave);
+    std::int64_t phase = bound % span;
     for (int j = 0; j < Q; ++j) {
-      plan.row_request[first + j] = b;
-      plan.row_global_bound[first + j] = bound;
-      plan.row_local_bound[first + j] = std::int32_t(local_bound);
-      if (mask == Mask::full) continue;
+      bounds[j] = std::int32_t(local_bound);
+      if (full) continue;
       local_bound += (phase >= own_begin && phase < own_end) ? 1 : 0;
-      ++bound;
       if (++phase == span) phase = 0;
     }
   }
-  // SPEC: uniform iff num_tokens == B * max_Q; padding rows count as tokens.
-  plan.uniform = plan.num_rows == std::int64_t(B) * plan.max_q;
 
-  const std::int64_t chunk_tokens = choose_chunk_blocks(config.limits, total_blocks) * bs;
-  plan.work.reserve(std::size_t(B));
+  const std::vector<std::int64_t> chunk_blocks = choose_chunks(in, config);
+
+  // The request splits in request order, then in launch order (sorted by order_key).
+  struct Split {
+    std::uint64_t key;
+    std::int32_t request, kv_begin, kv_end, partial_row;
+  };
+  std::vector<Split> splits;
+  splits.reserve(std::size_t(B));
+  constexpr std::int64_t kMaxPartialRows = std::numeric_limits<std::int32_t>::max();
   for (int b = 0; b < B; ++b) {
-    const std::int32_t row_begin = batch.query_start_loc[b];
-    const std::int32_t Q = batch.q_len(b);
     const std::int64_t local = plan.request_local_len[b];
-    const auto& own = config.limits.request_chunk_blocks;
-    const std::int64_t chunk = own.empty() || own[std::size_t(b)] == 0
-                                   ? chunk_tokens
-                                   : std::int64_t(own[std::size_t(b)]) * bs;
-    // local < 2^31, and chunk < local when dividing: 32-bit division suffices.
-    const std::int64_t splits =
-        local <= chunk ? 1 : std::uint32_t(local + chunk - 1) / std::uint32_t(chunk);
-    if (splits == 1) {
-      plan.work.push_back({b, row_begin, Q, 0, std::int32_t(local), -1});
-      continue;
+    const std::int64_t chunk = chunk_blocks[std::size_t(b)] * bs;
+    const std::int64_t n = rules::splits_of(local, chunk);
+    const std::int32_t row_begin = batch.query_start_loc[b];
+    const std::int32_t Q = in.q[b];
+    const std::int32_t* bounds = plan.row_local_bound.data() + row_begin;
+    const std::int32_t max_bound = *std::max_element(bounds, bounds + Q);
+    std::int64_t first_partial = -1;
+    if (n > 1) {
+      // Partial rows are indexed with int32. Only this rank's split can exceed it; its workspace
+      // (over 4 TiB per head) could not be allocated either, so no group runs such a plan.
+      DCPMLA_REQUIRE(plan.num_partial_rows + n * Q <= kMaxPartialRows, ErrorCode::out_of_range,
+                     "kv_chunk_blocks",
+                     fmt::format("a KV split of at most {} partial rows (splits x Q summed over "
+                                 "the split requests; split less or plan fewer rows at once)",
+                                 kMaxPartialRows),
+                     fmt::format("{} after request {} ({} splits x {} rows)",
+                                 plan.num_partial_rows + n * Q, b, n, Q));
+      first_partial = plan.num_partial_rows;
+      for (std::int32_t j = 0; j < Q; ++j) {
+        plan.merges.push_back({row_begin + j, std::int32_t(first_partial + j), std::int32_t(n), Q});
+      }
+      plan.num_partial_rows += n * Q;
+      plan.max_splits = std::max(plan.max_splits, std::int32_t(n));
     }
-    // Partial rows are indexed with int32 (WorkItem::partial_row, SplitMerge::first_partial_row).
-    // Only this rank's split can exceed it; its workspace (over 4 TiB per head) could not be
-    // allocated either, so no group runs such a plan.
-    constexpr std::int64_t kMaxPartialRows = std::numeric_limits<std::int32_t>::max();
-    if (plan.num_partial_rows + splits * Q > kMaxPartialRows) {
-      throw Error(ErrorCode::out_of_range, "limits",
-                  fmt::format("a KV split of at most {} partial rows (splits x Q summed over the "
-                              "split requests; split less or plan fewer rows at once)",
-                              kMaxPartialRows),
-                  fmt::format("{} after request {} ({} splits x {} rows)",
-                              plan.num_partial_rows + splits * Q, b, splits, Q));
+    for (std::int64_t s = 0; s < n; ++s) {
+      const auto begin = std::int32_t(s * chunk);
+      const auto end = std::int32_t(std::min(local, (s + 1) * chunk));
+      const std::int32_t visible = std::max(begin, std::min(max_bound, end));
+      const auto index = std::int64_t(splits.size());
+      splits.push_back({rules::order_key(rules::walk_tiles(begin, visible), index), b, begin, end,
+                        first_partial < 0 ? -1 : std::int32_t(first_partial + s * Q)});
     }
-    const auto first = std::int32_t(plan.num_partial_rows);
-    for (std::int64_t s = 0; s < splits; ++s) {
-      const auto begin = s * chunk;
-      const auto end = std::min(local, begin + chunk);
-      plan.work.push_back(
-          {b, row_begin, Q, std::int32_t(begin), std::int32_t(end), std::int32_t(first + s * Q)});
+  }
+  std::sort(splits.begin(), splits.end(),
+            [](const Split& a, const Split& b) { return a.key < b.key; });
+
+  const std::int64_t tile_pairs = config.model.tile_pairs;
+  std::int64_t items = 0;
+  for (const Split& s : splits) items += in.tiles[s.request];
+  plan.work.reserve(std::size_t(items));
+  for (const Split& s : splits) {
+    const std::int32_t row_begin = batch.query_start_loc[s.request];
+    const std::int64_t pairs = std::int64_t(in.q[s.request]) * H;
+    const std::int64_t step = tile_pairs > 0 ? tile_pairs : pairs;
+    const std::int32_t* bounds = plan.row_local_bound.data() + row_begin;
+    for (std::int64_t pb = 0; pb < pairs; pb += step) {
+      const std::int64_t np = std::min(step, pairs - pb);
+      plan.work.push_back({s.request, row_begin, std::int32_t(pb), std::int32_t(np), s.kv_begin,
+                           s.kv_end, rules::visible_end(bounds, pb, np, H, s.kv_begin, s.kv_end),
+                           s.partial_row});
     }
-    plan.merges.push_back({b, row_begin, Q, std::int32_t(splits), first});
-    plan.num_partial_rows += splits * Q;
   }
   // decode_workspace_bytes must not wrap around (a backend would under-allocate).
   constexpr std::uint64_t kRowHeadBytes = (kLatentDim + 1) * sizeof(float);
   const auto partial = std::uint64_t(plan.num_partial_rows);
   constexpr std::uint64_t kMaxBytes = std::numeric_limits<std::size_t>::max();
-  if (partial && std::uint64_t(config.num_heads) > kMaxBytes / kRowHeadBytes / partial) {
-    throw Error(ErrorCode::out_of_range, "num_heads",
-                fmt::format("a split-KV workspace of partial rows x num_heads x {} bytes that "
-                            "fits in size_t ({} partial rows)",
-                            kRowHeadBytes, partial),
-                std::to_string(config.num_heads));
-  }
+  DCPMLA_REQUIRE(partial == 0 || std::uint64_t(H) <= kMaxBytes / kRowHeadBytes / partial,
+                 ErrorCode::out_of_range, "num_heads",
+                 fmt::format("a split-KV workspace of partial rows x num_heads x {} bytes that "
+                             "fits in size_t ({} partial rows)",
+                             kRowHeadBytes, partial),
+                 std::to_string(H));
   return plan;
 }
 
-std::size_t decode_workspace_bytes(const Plan& plan) {
-  const auto rows = std::size_t(plan.num_partial_rows);
-  const auto H = std::size_t(plan.config.num_heads);
-  return rows * H * (kLatentDim + 1) * sizeof(float);
+std::size_t decode_workspace_bytes(std::int64_t partial_rows, int num_heads) {
+  return std::size_t(partial_rows) * std::size_t(num_heads) * (kLatentDim + 1) * sizeof(float);
 }
 
 }  // namespace dcpmla

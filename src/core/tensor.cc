@@ -32,10 +32,10 @@ void check_tensor(const TensorRef& t, const std::string& argument,
                 fmt::format("dtype {}", fmt::join(names, " or ")), to_string(t.dtype));
   }
   const std::vector<std::int64_t> want(shape);
-  require(t.shape == want, ErrorCode::shape_mismatch, argument, "shape " + shape_string(want),
-          shape_string(t.shape));
-  require(t.data != nullptr || t.numel() == 0, ErrorCode::invalid_argument, argument,
-          "a non-null buffer", "null");
+  DCPMLA_REQUIRE(t.shape == want, ErrorCode::shape_mismatch, argument,
+                 "shape " + shape_string(want), shape_string(t.shape));
+  DCPMLA_REQUIRE(t.data != nullptr || t.numel() == 0, ErrorCode::invalid_argument, argument,
+                 "a non-null buffer", "null");
 }
 
 void check_tensor(const TensorRef& t, const std::string& argument, DType dtype,

@@ -6,8 +6,10 @@
 #include <thread>
 
 #include "combine.h"
+#include "core/schedule_layout.h"
 #include "dcpmla/error.h"
 #include "decode.h"
+#include "device_planner_emulation.h"
 #include "kv_write.h"
 #include "thread_pool.h"
 
@@ -40,8 +42,19 @@ class CpuBackend final : public Backend {
     for (std::size_t i = 0; i < count; ++i) dst[i] += src[i];
   }
 
+  DeviceModel device_model() const override {
+    // Each work item runs all of a request's pairs; splits keep the threads busy.
+    return {pool_.size(), 0, 256};
+  }
+  void update_schedule(Schedule& schedule, const Plan& plan, Stream) override {
+    pack_schedule(plan, schedule.capacity(), static_cast<std::byte*>(schedule.memory()));
+  }
+  void plan_schedule(Schedule& schedule, const DeviceBatchRef& batch, std::int64_t num_tokens,
+                     Stream) override {
+    cpu::plan_on_host(schedule, batch, num_tokens);
+  }
+
   void write_kv(const KvWriteArgs& a, Stream) override { cpu::write_kv(a); }
-  void decode(const DecodeArgs& a, Stream) override { cpu::decode(pool_, a); }
   void unpack_query(const UnpackQueryArgs& a, Stream) override { cpu::unpack_query(pool_, a); }
   void combine_rescale(const CombineRescaleArgs& a, Stream) override {
     cpu::combine_rescale(pool_, a);
@@ -49,6 +62,15 @@ class CpuBackend final : public Backend {
   void combine_pack(const CombinePackArgs& a, Stream) override { cpu::combine_pack(pool_, a); }
   void combine_merge(const CombineMergeArgs& a, Stream) override { cpu::combine_merge(pool_, a); }
   void convert(const ConvertArgs& a, Stream) override { cpu::convert(a); }
+
+ protected:
+  void run_decode(const DecodeArgs& a, Stream s) override {
+    if (a.schedule) return cpu::decode(pool_, a, *a.schedule);
+    // An eager plan: a schedule of exactly its size, in host memory.
+    Schedule schedule(*this, a.plan->config, capacity_of(*a.plan));
+    schedule.update(*a.plan, s);
+    cpu::decode(pool_, a, schedule);
+  }
 
  private:
   cpu::ThreadPool pool_;

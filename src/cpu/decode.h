@@ -1,4 +1,4 @@
-// The CPU decode: executes a plan's work items over one rank's paged cache.
+// The CPU decode: executes a schedule's work items over one rank's paged cache.
 #pragma once
 
 #include "dcpmla/backend.h"
@@ -6,6 +6,7 @@
 
 namespace dcpmla::cpu {
 
-void decode(ThreadPool& pool, const DecodeArgs& args);
+// args are validated; the schedule is args.schedule or the backend's copy of args.plan.
+void decode(ThreadPool& pool, const DecodeArgs& args, const Schedule& schedule);
 
 }  // namespace dcpmla::cpu

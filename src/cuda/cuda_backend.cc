@@ -4,8 +4,13 @@
 
 #include <string>
 
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <optional>
+
+#include "core/schedule_layout.h"
 #include "cuda/decode/launch_plan.h"
-#include "cuda/device_plan.h"
 #include "cuda/kernels.h"
 #include "gpu/check.h"
 
@@ -25,17 +30,61 @@ bool is_pageable(const void* host) {
   return attr.type == cudaMemoryTypeUnregistered;
 }
 
+// Two pinned staging images of a schedule used in turn, so an update waits (on the host) only
+// for the copy of the update before the previous one.
+class ScheduleStaging {
+ public:
+  explicit ScheduleStaging(std::size_t bytes) : bytes_(bytes) {
+    for (int i = 0; i < 2; ++i) {
+      DCPMLA_CUDA_CHECK(cudaHostAlloc(&image_[i], bytes, cudaHostAllocDefault));
+      DCPMLA_CUDA_CHECK(cudaEventCreateWithFlags(&copied_[i], cudaEventDisableTiming));
+    }
+  }
+  ~ScheduleStaging() {
+    // Never throws; a copy still reading an image is waited for first.
+    for (int i = 0; i < 2; ++i) {
+      if (copied_[i]) cudaEventSynchronize(copied_[i]), cudaEventDestroy(copied_[i]);
+      if (image_[i]) cudaFreeHost(image_[i]);
+    }
+  }
+  ScheduleStaging(const ScheduleStaging&) = delete;
+  ScheduleStaging& operator=(const ScheduleStaging&) = delete;
+
+  void write(const Plan& plan, const ScheduleCapacity& capacity, void* device, cudaStream_t s) {
+    const int k = next_;
+    next_ ^= 1;
+    DCPMLA_CUDA_CHECK(cudaEventSynchronize(copied_[k]));
+    auto* image = static_cast<std::byte*>(image_[k]);
+    const std::size_t n = pack_schedule(plan, capacity, image);
+    DCPMLA_CUDA_CHECK(cudaMemcpyAsync(device, image, n, cudaMemcpyHostToDevice, s));
+    DCPMLA_CUDA_CHECK(cudaEventRecord(copied_[k], s));
+  }
+
+ private:
+  std::size_t bytes_;
+  void* image_[2] = {nullptr, nullptr};
+  cudaEvent_t copied_[2] = {nullptr, nullptr};
+  int next_ = 0;
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
     int count = 0;
     DCPMLA_CUDA_CHECK(cudaGetDeviceCount(&count));
-    require(device >= 0 && device < count, ErrorCode::backend_failure, "device",
-            "a CUDA device index in [0, " + std::to_string(count) + ")", std::to_string(device));
+    DCPMLA_REQUIRE(device >= 0 && device < count, ErrorCode::backend_failure, "device",
+                   "a CUDA device index in [0, " + std::to_string(count) + ")",
+                   std::to_string(device));
     DCPMLA_CUDA_CHECK(cudaSetDevice(device_));
     DCPMLA_CUDA_CHECK(cuda::probe_kernels());
+    DCPMLA_CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device_));
   }
-  ~CudaBackend() override { cudaSetDevice(device_); }  // plan_ frees on this device
+  ~CudaBackend() override {
+    // The eager schedule frees on this device.
+    cudaSetDevice(device_);
+    if (eager_used_) cudaEventSynchronize(eager_used_), cudaEventDestroy(eager_used_);
+    eager_.reset();
+  }
 
   std::string name() const override { return "cuda"; }
 
@@ -78,13 +127,30 @@ class CudaBackend final : public Backend {
     cuda::accumulate(dst, src, count, as_stream(s));
   }
 
+  DeviceModel device_model() const override {
+    // One decode thread block per SM at a time, kTilePairs pairs each; no split under 256
+    // tokens (docs/design/decode-kernel.md).
+    return {sms_, cuda::kTilePairs, 256};
+  }
+  void update_schedule(Schedule& schedule, const Plan& plan, Stream s) override {
+    use_device();
+    auto& state = schedule.backend_state();
+    if (!state) {
+      const ScheduleLayout l = schedule_layout(schedule.capacity());
+      state = std::make_shared<ScheduleStaging>(l.scratch);
+    }
+    static_cast<ScheduleStaging*>(state.get())
+        ->write(plan, schedule.capacity(), schedule.memory(), as_stream(s));
+  }
+  void plan_schedule(Schedule& schedule, const DeviceBatchRef& batch, std::int64_t num_tokens,
+                     Stream s) override {
+    use_device();
+    cuda::plan_on_device(schedule, batch, num_tokens, as_stream(s));
+  }
+
   void write_kv(const KvWriteArgs& a, Stream s) override {
     use_device();
     cuda::write_kv(a, as_stream(s));
-  }
-  void decode(const DecodeArgs& a, Stream s) override {
-    use_device();
-    cuda::decode(a, plan_, as_stream(s));
   }
   void unpack_query(const UnpackQueryArgs& a, Stream s) override {
     use_device();
@@ -107,17 +173,54 @@ class CudaBackend final : public Backend {
     cuda::convert(a, as_stream(s));
   }
 
-  cuda::DevicePlan& device_plan() {
+ protected:
+  void run_decode(const DecodeArgs& a, Stream s) override {
     use_device();
-    return plan_;
+    if (a.schedule) return cuda::decode(a, *a.schedule, as_stream(s));
+    run_eager(a, *a.plan, as_stream(s));
   }
 
  private:
+  // An eager plan runs from a schedule of the backend's, grown to fit; the previous eager decode
+  // (maybe on another stream) finishes reading it before it is rewritten.
+  void run_eager(const DecodeArgs& a, const Plan& plan, cudaStream_t s) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    DCPMLA_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+    DCPMLA_REQUIRE(capture == cudaStreamCaptureStatusNone, ErrorCode::unsupported, "plan",
+                   "a Schedule (DecodeArgs::schedule) for a decode captured in a CUDA graph",
+                   "a host plan under stream capture");
+    if (!eager_used_) {
+      DCPMLA_CUDA_CHECK(cudaEventCreateWithFlags(&eager_used_, cudaEventDisableTiming));
+    }
+    const ScheduleCapacity need = capacity_of(plan);
+    const bool same_config =
+        eager_ && eager_->config().num_heads == plan.config.num_heads &&
+        eager_->config().block_size == plan.config.block_size &&
+        eager_->config().num_blocks == plan.config.num_blocks &&
+        eager_->config().sharding.rank == plan.config.sharding.rank &&
+        eager_->config().sharding.world == plan.config.sharding.world &&
+        eager_->config().sharding.interleave == plan.config.sharding.interleave &&
+        eager_->config().model.tile_pairs == plan.config.model.tile_pairs;
+    if (!same_config || max_capacity(need, eager_->capacity()) != eager_->capacity()) {
+      const ScheduleCapacity cap = eager_ ? max_capacity(need, eager_->capacity()) : need;
+      DCPMLA_CUDA_CHECK(cudaEventSynchronize(eager_used_));
+      eager_.reset();
+      eager_.emplace(*this, plan.config, cap);
+    } else {
+      DCPMLA_CUDA_CHECK(cudaStreamWaitEvent(s, eager_used_, 0));
+    }
+    eager_->update(plan, s);
+    cuda::decode(a, *eager_, s);
+    DCPMLA_CUDA_CHECK(cudaEventRecord(eager_used_, s));
+  }
+
   // The current device is per host thread; every entry point selects this backend's.
   void use_device() { DCPMLA_CUDA_CHECK(cudaSetDevice(device_)); }
 
   int device_;
-  cuda::DevicePlan plan_;
+  int sms_ = 0;
+  std::optional<Schedule> eager_;
+  cudaEvent_t eager_used_ = nullptr;
 };
 
 }  // namespace
@@ -144,41 +247,6 @@ bool cuda_available() {
 
 std::unique_ptr<Backend> make_cuda_backend(int device) {
   return std::make_unique<CudaBackend>(device);
-}
-
-namespace {
-
-CudaBackend& as_cuda(Backend& backend) {
-  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
-  require(cuda != nullptr, ErrorCode::invalid_argument, "backend", "a CUDA backend",
-          "the '" + backend.name() + "' backend");
-  return *cuda;
-}
-
-}  // namespace
-
-DecodeCapacity decode_capacity(const Plan& plan) {
-  const cuda::LaunchCapacity c = cuda::capacity_of(cuda::build_launch_plan(plan), plan);
-  return {c.tiles, c.merge_rows, c.rows};
-}
-
-void reserve_decode_capacity(Backend& backend, const DecodeCapacity& c) {
-  as_cuda(backend).device_plan().reserve({c.thread_blocks, c.merge_rows, c.rows});
-}
-
-void update_decode_plan(Backend& backend, const Plan& plan, Stream s) {
-  as_cuda(backend).device_plan().update(plan, as_stream(s));
-}
-
-void forget_captured_decodes(Backend& backend) {
-  as_cuda(backend).device_plan().forget_captures();
-}
-
-PlanLimits cuda_plan_limits(const Batch& batch, const Sharding& sharding, int num_heads,
-                            int block_size, int device) {
-  int sms = 0;
-  DCPMLA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return cuda::gpu_plan_limits(batch, sharding, num_heads, block_size, sms);
 }
 
 }  // namespace dcpmla

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda/device_plan.h"
+#include "cuda/decode/launch_plan.h"
 #include "cuda/kernel_selection.h"
 #include "dcpmla/backend.h"
 
@@ -17,9 +17,13 @@ namespace dcpmla::cuda {
 // cache/kv_write.cu: latents -> cache through slots; slots < 0 or >= capacity are skipped.
 void write_kv(const KvWriteArgs& args, cudaStream_t s);
 
-// decode/launch.cc: validates, uploads the plan into `dp`, runs the decode tiles, then the split
-// merge and the padding fill.
-void decode(const DecodeArgs& args, DevicePlan& dp, cudaStream_t s);
+// decode/launch.cc: runs the decode of validated args from `schedule` (args.schedule, or the
+// backend's copy of args.plan): the work items, then the split merge and the padding fill.
+void decode(const DecodeArgs& args, const Schedule& schedule, cudaStream_t s);
+
+// plan/device_planner.cu: plans `batch` into the schedule's memory on s (Schedule checked it).
+void plan_on_device(Schedule& schedule, const DeviceBatchRef& batch, std::int64_t num_tokens,
+                    cudaStream_t s);
 
 // Where a decode writes its final rows (output_rows.cuh has the device side). Plain: O of item
 // (row * H + h) at out[item * 512 ...] (f32 or bf16) and its LSE at lse[item]. Packed (DecodeArgs
@@ -83,6 +87,7 @@ void launch_split_merge(const SplitMergeParams& p, std::int64_t capacity, int ma
 
 // decode/fill_padding.cu: rows [header->padding_begin, header->padding_end) of the final rows <- O
 // 0 and LSE -inf; the grid covers up to `row_capacity` rows.
+// Every row gets NaN instead when the header carries a fault (a device plan refused its batch).
 void launch_fill_padding(const OutputRows& final_rows, const PlanHeader* header,
                          std::int64_t row_capacity, int num_heads, cudaStream_t s);
 

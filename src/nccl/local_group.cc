@@ -12,18 +12,19 @@ namespace dcpmla {
 
 NcclLocalGroup::NcclLocalGroup(std::vector<int> devices) : devices_(std::move(devices)) {
   const std::string given = fmt::format("[{}]", fmt::join(devices_, ", "));
-  require(!devices_.empty(), ErrorCode::invalid_argument, "devices", "at least one CUDA device",
-          "none");
+  DCPMLA_REQUIRE(!devices_.empty(), ErrorCode::invalid_argument, "devices",
+                 "at least one CUDA device", "none");
   std::vector<int> sorted = devices_;
   std::sort(sorted.begin(), sorted.end());
-  require(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(),
-          ErrorCode::invalid_argument, "devices",
-          "distinct devices (NCCL runs one rank per device)", given);
-  require(sorted.front() >= 0, ErrorCode::out_of_range, "devices", "device indices >= 0", given);
+  DCPMLA_REQUIRE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(),
+                 ErrorCode::invalid_argument, "devices",
+                 "distinct devices (NCCL runs one rank per device)", given);
+  DCPMLA_REQUIRE(sorted.front() >= 0, ErrorCode::out_of_range, "devices", "device indices >= 0",
+                 given);
   int count = 0;
   DCPMLA_NCCL_CUDA_CHECK(cudaGetDeviceCount(&count));
-  require(sorted.back() < count, ErrorCode::out_of_range, "devices",
-          fmt::format("CUDA device indices in [0, {}) ({} present)", count, count), given);
+  DCPMLA_REQUIRE(sorted.back() < count, ErrorCode::out_of_range, "devices",
+                 fmt::format("CUDA device indices in [0, {}) ({} present)", count, count), given);
 
   handles_.assign(devices_.size(), nullptr);
   {
@@ -50,8 +51,8 @@ NcclLocalGroup::~NcclLocalGroup() {
 }
 
 NcclCommunicator& NcclLocalGroup::communicator(int rank) const {
-  require(rank >= 0 && rank < world(), ErrorCode::out_of_range, "rank",
-          fmt::format("in [0, world = {})", world()), std::to_string(rank));
+  DCPMLA_REQUIRE(rank >= 0 && rank < world(), ErrorCode::out_of_range, "rank",
+                 fmt::format("in [0, world = {})", world()), std::to_string(rank));
   return *communicators_[std::size_t(rank)];
 }
 

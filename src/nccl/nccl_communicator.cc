@@ -19,8 +19,8 @@ cudaStream_t as_stream(Stream s) {
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(ncclComm_t comm, bool owned) : comm_(comm), owned_(owned) {
-  require(comm != nullptr, ErrorCode::invalid_argument, "comm", "an initialised ncclComm_t",
-          "null");
+  DCPMLA_REQUIRE(comm != nullptr, ErrorCode::invalid_argument, "comm", "an initialised ncclComm_t",
+                 "null");
   DCPMLA_NCCL_CHECK(ncclCommUserRank(comm_, &rank_), comm_);
   DCPMLA_NCCL_CHECK(ncclCommCount(comm_, &world_), comm_);
   DCPMLA_NCCL_CHECK(ncclCommCuDevice(comm_, &device_), comm_);
@@ -32,15 +32,15 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::wrap(ncclComm_t comm) {
 
 std::unique_ptr<NcclCommunicator> NcclCommunicator::join(const ncclUniqueId& id, int world,
                                                          int rank, int device) {
-  require(world >= 1, ErrorCode::invalid_argument, "world", ">= 1", std::to_string(world));
-  require(rank >= 0 && rank < world, ErrorCode::out_of_range, "rank",
-          fmt::format("in [0, world = {})", world), std::to_string(rank));
-  require(device >= 0, ErrorCode::invalid_argument, "device", "a CUDA device index >= 0",
-          std::to_string(device));
+  DCPMLA_REQUIRE(world >= 1, ErrorCode::invalid_argument, "world", ">= 1", std::to_string(world));
+  DCPMLA_REQUIRE(rank >= 0 && rank < world, ErrorCode::out_of_range, "rank",
+                 fmt::format("in [0, world = {})", world), std::to_string(rank));
+  DCPMLA_REQUIRE(device >= 0, ErrorCode::invalid_argument, "device", "a CUDA device index >= 0",
+                 std::to_string(device));
   int devices = 0;
   DCPMLA_NCCL_CUDA_CHECK(cudaGetDeviceCount(&devices));
-  require(device < devices, ErrorCode::out_of_range, "device",
-          fmt::format("a CUDA device index in [0, {})", devices), std::to_string(device));
+  DCPMLA_REQUIRE(device < devices, ErrorCode::out_of_range, "device",
+                 fmt::format("a CUDA device index in [0, {})", devices), std::to_string(device));
   ncclComm_t comm = nullptr;
   {
     nccl::DeviceScope on(device);  // ncclCommInitRank binds the communicator to the current device

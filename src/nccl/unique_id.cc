@@ -50,13 +50,13 @@ std::string nccl_unique_id_to_hex(const ncclUniqueId& id) {
 
 ncclUniqueId nccl_unique_id_from_hex(std::string_view hex, const std::string& argument) {
   const auto expected = fmt::format("{} hex digits (an NCCL unique id)", kHexDigits);
-  require(hex.size() == kHexDigits, ErrorCode::invalid_argument, argument, expected,
-          fmt::format("{} characters", hex.size()));
+  DCPMLA_REQUIRE(hex.size() == kHexDigits, ErrorCode::invalid_argument, argument, expected,
+                 fmt::format("{} characters", hex.size()));
   ncclUniqueId id;
   for (std::size_t i = 0; i < NCCL_UNIQUE_ID_BYTES; ++i) {
     const int hi = hex_value(hex[2 * i]), lo = hex_value(hex[2 * i + 1]);
-    require(hi >= 0 && lo >= 0, ErrorCode::invalid_argument, argument, expected,
-            fmt::format("'{}' at position {}", hex.substr(2 * i, 2), 2 * i));
+    DCPMLA_REQUIRE(hi >= 0 && lo >= 0, ErrorCode::invalid_argument, argument, expected,
+                   fmt::format("'{}' at position {}", hex.substr(2 * i, 2), 2 * i));
     id.internal[i] = static_cast<char>(hi * 16 + lo);
   }
   return id;
@@ -68,21 +68,21 @@ void write_nccl_unique_id(const std::string& path, const ncclUniqueId& id) {
     std::ofstream out(temporary, std::ios::trunc);
     out << nccl_unique_id_to_hex(id) << '\n';
     out.close();
-    require(bool(out), ErrorCode::backend_failure, path, "a writable file for the NCCL unique id",
-            "cannot write " + temporary);
+    DCPMLA_REQUIRE(bool(out), ErrorCode::backend_failure, path,
+                   "a writable file for the NCCL unique id", "cannot write " + temporary);
   }
   std::error_code ec;
   std::filesystem::rename(temporary, path, ec);
-  require(!ec, ErrorCode::backend_failure, path, "a writable file for the NCCL unique id",
-          "cannot rename " + temporary + ": " + ec.message());
+  DCPMLA_REQUIRE(!ec, ErrorCode::backend_failure, path, "a writable file for the NCCL unique id",
+                 "cannot rename " + temporary + ": " + ec.message());
 }
 
 ncclUniqueId read_nccl_unique_id(const std::string& path, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!std::filesystem::exists(path)) {
-    require(std::chrono::steady_clock::now() < deadline, ErrorCode::backend_failure, path,
-            fmt::format("a file with the NCCL unique id within {} ms", timeout.count()),
-            "no such file");
+    DCPMLA_REQUIRE(std::chrono::steady_clock::now() < deadline, ErrorCode::backend_failure, path,
+                   fmt::format("a file with the NCCL unique id within {} ms", timeout.count()),
+                   "no such file");
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   std::ifstream in(path);
@@ -93,7 +93,7 @@ ncclUniqueId read_nccl_unique_id(const std::string& path, std::chrono::milliseco
 
 ncclUniqueId nccl_unique_id_from_env(const std::string& variable) {
   const char* value = std::getenv(variable.c_str());
-  require(
+  DCPMLA_REQUIRE(
       value != nullptr, ErrorCode::invalid_argument, variable,
       fmt::format("an environment variable holding {} hex digits (an NCCL unique id)", kHexDigits),
       "unset");

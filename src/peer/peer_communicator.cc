@@ -36,7 +36,7 @@ static void exchange(const PeerCommunicator::Shared& shared, const collective::C
   collective::check(a);
   if (a.count == 0) return;
   const std::size_t chunk = a.count * a.element_bytes;
-  require(
+  DCPMLA_REQUIRE(
       chunk <= shared.chunk_capacity, ErrorCode::invalid_argument, std::string(a.op) + ": count",
       fmt::format("chunks of at most the group's chunk_capacity, {} bytes", shared.chunk_capacity),
       fmt::format("{} elements of {} bytes ({} bytes)", a.count, a.element_bytes, chunk));

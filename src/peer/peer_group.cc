@@ -61,23 +61,24 @@ bool PeerGroup::supported(const std::vector<int>& devices) {
 PeerGroup::PeerGroup(std::vector<int> devices, std::size_t chunk_capacity)
     : devices_(std::move(devices)), shared_(std::make_unique<PeerCommunicator::Shared>()) {
   const std::string given = fmt::format("[{}]", fmt::join(devices_, ", "));
-  require(!devices_.empty() && devices_.size() <= std::size_t(peer::kMaxWorld),
-          ErrorCode::invalid_argument, "devices",
-          fmt::format("1 to {} CUDA devices", peer::kMaxWorld), given);
+  DCPMLA_REQUIRE(!devices_.empty() && devices_.size() <= std::size_t(peer::kMaxWorld),
+                 ErrorCode::invalid_argument, "devices",
+                 fmt::format("1 to {} CUDA devices", peer::kMaxWorld), given);
   std::vector<int> sorted = devices_;
   std::sort(sorted.begin(), sorted.end());
-  require(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(),
-          ErrorCode::invalid_argument, "devices", "distinct devices (one rank per device)", given);
+  DCPMLA_REQUIRE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(),
+                 ErrorCode::invalid_argument, "devices", "distinct devices (one rank per device)",
+                 given);
   int count = 0;
   DCPMLA_CUDA_CHECK(cudaGetDeviceCount(&count));
-  require(sorted.front() >= 0 && sorted.back() < count, ErrorCode::out_of_range, "devices",
-          fmt::format("CUDA device indices in [0, {})", count), given);
-  require(chunk_capacity >= 1 && chunk_capacity <= (std::size_t(1) << 40),
-          ErrorCode::invalid_argument, "chunk_capacity", "1 byte to 1 TiB",
-          std::to_string(chunk_capacity));
+  DCPMLA_REQUIRE(sorted.front() >= 0 && sorted.back() < count, ErrorCode::out_of_range, "devices",
+                 fmt::format("CUDA device indices in [0, {})", count), given);
+  DCPMLA_REQUIRE(chunk_capacity >= 1 && chunk_capacity <= (std::size_t(1) << 40),
+                 ErrorCode::invalid_argument, "chunk_capacity", "1 byte to 1 TiB",
+                 std::to_string(chunk_capacity));
   std::string missing;
-  require(all_pairs_reach(devices_, &missing), ErrorCode::unsupported, "devices",
-          "peer access between every pair (NVLink or PCIe P2P)", missing);
+  DCPMLA_REQUIRE(all_pairs_reach(devices_, &missing), ErrorCode::unsupported, "devices",
+                 "peer access between every pair (NVLink or PCIe P2P)", missing);
 
   const int W = world();
   shared_->chunk_capacity = (chunk_capacity + 15) / 16 * 16;
@@ -134,8 +135,8 @@ std::size_t PeerGroup::chunk_capacity() const {
 }
 
 PeerCommunicator& PeerGroup::communicator(int rank) const {
-  require(rank >= 0 && rank < world(), ErrorCode::out_of_range, "rank",
-          fmt::format("in [0, world = {})", world()), std::to_string(rank));
+  DCPMLA_REQUIRE(rank >= 0 && rank < world(), ErrorCode::out_of_range, "rank",
+                 fmt::format("in [0, world = {})", world()), std::to_string(rank));
   return *communicators_[std::size_t(rank)];
 }
 

@@ -118,20 +118,21 @@ void throw_if_any_failed(const std::vector<Record>& all, const std::exception_pt
 void check_agreement(const std::vector<Record>& all) {
   const Record& first = all.front();
   for (std::size_t r = 1; r < all.size(); ++r) {
-    require(all[r].chunk_capacity == first.chunk_capacity, ErrorCode::invalid_argument,
-            "chunk_capacity",
-            fmt::format("the same on every rank ({} bytes on rank 0)", first.chunk_capacity),
-            fmt::format("{} bytes on rank {}", all[r].chunk_capacity, r));
+    DCPMLA_REQUIRE(all[r].chunk_capacity == first.chunk_capacity, ErrorCode::invalid_argument,
+                   "chunk_capacity",
+                   fmt::format("the same on every rank ({} bytes on rank 0)", first.chunk_capacity),
+                   fmt::format("{} bytes on rank {}", all[r].chunk_capacity, r));
   }
   for (std::size_t r = 0; r < all.size(); ++r) {
     for (std::size_t q = r + 1; q < all.size(); ++q) {
-      require(all[r].pid != all[q].pid || all[r].process_token != all[q].process_token,
-              ErrorCode::unsupported, "bootstrap",
-              "one process per rank (use PeerGroup for ranks of one process)",
-              fmt::format("ranks {} and {} in one process (pid {})", r, q, all[r].pid));
-      require(std::strcmp(all[r].pci_bus_id, all[q].pci_bus_id) != 0, ErrorCode::unsupported,
-              "device", "one GPU per rank",
-              fmt::format("ranks {} and {} on the GPU at PCI bus id {}", r, q, all[r].pci_bus_id));
+      DCPMLA_REQUIRE(all[r].pid != all[q].pid || all[r].process_token != all[q].process_token,
+                     ErrorCode::unsupported, "bootstrap",
+                     "one process per rank (use PeerGroup for ranks of one process)",
+                     fmt::format("ranks {} and {} in one process (pid {})", r, q, all[r].pid));
+      DCPMLA_REQUIRE(
+          std::strcmp(all[r].pci_bus_id, all[q].pci_bus_id) != 0, ErrorCode::unsupported, "device",
+          "one GPU per rank",
+          fmt::format("ranks {} and {} on the GPU at PCI bus id {}", r, q, all[r].pci_bus_id));
     }
   }
 }
@@ -154,10 +155,11 @@ void open_peers(const std::vector<Record>& all, int rank, int device,
     }
     int can = 0;
     DCPMLA_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, device, peer_device));
-    require(can != 0, ErrorCode::unsupported, "device",
-            "peer access to every rank's GPU (NVLink or PCIe P2P)",
-            fmt::format("device {} (rank {}) cannot access device {} (rank {}, PCI bus id {})",
-                        device, rank, peer_device, q, peer.pci_bus_id));
+    DCPMLA_REQUIRE(
+        can != 0, ErrorCode::unsupported, "device",
+        "peer access to every rank's GPU (NVLink or PCIe P2P)",
+        fmt::format("device {} (rank {}) cannot access device {} (rank {}, PCI bus id {})", device,
+                    rank, peer_device, q, peer.pci_bus_id));
     void* base = nullptr;
     DCPMLA_CUDA_CHECK(cudaIpcOpenMemHandle(&base, peer.area, cudaIpcMemLazyEnablePeerAccess));
     shared.areas[q] = peer::area_at(base, W, shared.chunk_capacity);
@@ -178,15 +180,15 @@ std::unique_ptr<PeerCommunicator> PeerCommunicator::join(Communicator& bootstrap
                                                          std::size_t chunk_capacity) {
   const int W = bootstrap.world();
   const int rank = bootstrap.rank();
-  require(W >= 1 && W <= peer::kMaxWorld, ErrorCode::invalid_argument, "bootstrap",
-          fmt::format("a communicator of 1 to {} ranks", peer::kMaxWorld),
-          fmt::format("{} ranks", W));
-  require(rank >= 0 && rank < W, ErrorCode::out_of_range, "bootstrap",
-          fmt::format("a rank in [0, world = {})", W), fmt::format("rank {}", rank));
+  DCPMLA_REQUIRE(W >= 1 && W <= peer::kMaxWorld, ErrorCode::invalid_argument, "bootstrap",
+                 fmt::format("a communicator of 1 to {} ranks", peer::kMaxWorld),
+                 fmt::format("{} ranks", W));
+  DCPMLA_REQUIRE(rank >= 0 && rank < W, ErrorCode::out_of_range, "bootstrap",
+                 fmt::format("a rank in [0, world = {})", W), fmt::format("rank {}", rank));
   int count = 0;
   DCPMLA_CUDA_CHECK(cudaGetDeviceCount(&count));
-  require(device >= 0 && device < count, ErrorCode::out_of_range, "device",
-          fmt::format("a CUDA device index in [0, {})", count), std::to_string(device));
+  DCPMLA_REQUIRE(device >= 0 && device < count, ErrorCode::out_of_range, "device",
+                 fmt::format("a CUDA device index in [0, {})", count), std::to_string(device));
   gpu::DeviceScope on(device);
 
   // Released by its destructor if anything below throws.
@@ -198,9 +200,9 @@ std::unique_ptr<PeerCommunicator> PeerCommunicator::join(Communicator& bootstrap
   Record mine{};
   std::exception_ptr failed = attempt(
       [&] {
-        require(chunk_capacity >= 1 && chunk_capacity <= (std::size_t(1) << 40),
-                ErrorCode::invalid_argument, "chunk_capacity", "1 byte to 1 TiB",
-                std::to_string(chunk_capacity));
+        DCPMLA_REQUIRE(chunk_capacity >= 1 && chunk_capacity <= (std::size_t(1) << 40),
+                       ErrorCode::invalid_argument, "chunk_capacity", "1 byte to 1 TiB",
+                       std::to_string(chunk_capacity));
         mine.chunk_capacity = chunk_capacity;
         mine.pid = std::int64_t(::getpid());
         mine.process_token = process_token();

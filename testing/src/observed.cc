@@ -52,7 +52,7 @@ void observe(CallObserver& observer, const Call& call, Stream s, F&& enqueue) {
 void ObservedBackend::write_kv(const KvWriteArgs& a, Stream s) {
   observe(observer_, {Op::write_kv}, s, [&] { inner_.write_kv(a, s); });
 }
-void ObservedBackend::decode(const DecodeArgs& a, Stream s) {
+void ObservedBackend::run_decode(const DecodeArgs& a, Stream s) {
   observe(observer_, {Op::decode}, s, [&] { inner_.decode(a, s); });
 }
 void ObservedBackend::unpack_query(const UnpackQueryArgs& a, Stream s) {

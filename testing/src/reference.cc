@@ -13,10 +13,10 @@ ReferenceResult reference_attention(const ReferenceProblem& pb) {
   const Batch& batch = pb.batch;
   const int H = pb.num_heads;
   const std::int64_t rows = batch.rows();
-  require(std::int64_t(pb.q.size()) == rows * H * kHeadDim, ErrorCode::shape_mismatch,
-          "reference q", "rows * H * 576 values", std::to_string(pb.q.size()));
-  require(int(pb.kv.size()) == batch.num_requests(), ErrorCode::shape_mismatch, "reference kv",
-          "one entry per request", std::to_string(pb.kv.size()));
+  DCPMLA_REQUIRE(std::int64_t(pb.q.size()) == rows * H * kHeadDim, ErrorCode::shape_mismatch,
+                 "reference q", "rows * H * 576 values", std::to_string(pb.q.size()));
+  DCPMLA_REQUIRE(int(pb.kv.size()) == batch.num_requests(), ErrorCode::shape_mismatch,
+                 "reference kv", "one entry per request", std::to_string(pb.kv.size()));
 
   ReferenceResult r;
   r.out.assign(std::size_t(rows) * H * kLatentDim, 0.0);
@@ -26,8 +26,8 @@ ReferenceResult reference_attention(const ReferenceProblem& pb) {
     const std::int64_t begin = batch.query_start_loc[b], end = batch.query_start_loc[b + 1];
     const std::int64_t Q = end - begin, T = batch.total_len[b];
     const auto& kv = pb.kv[b];
-    require(std::int64_t(kv.size()) == T * kHeadDim, ErrorCode::shape_mismatch, "reference kv",
-            "T * 576 values", std::to_string(kv.size()));
+    DCPMLA_REQUIRE(std::int64_t(kv.size()) == T * kHeadDim, ErrorCode::shape_mismatch,
+                   "reference kv", "T * 576 values", std::to_string(kv.size()));
     const bool full = !batch.mask.empty() && batch.mask[b] == Mask::full;
     for (std::int64_t j = 0; j < Q; ++j) {
       // Query token j sits at global position T - Q + j and sees every position up to itself.

@@ -9,7 +9,7 @@
 namespace dcpmla::testing {
 
 void run_ranks(int world, const std::function<void(int rank)>& fn) {
-  require(world >= 1, ErrorCode::invalid_argument, "world", ">= 1", std::to_string(world));
+  DCPMLA_REQUIRE(world >= 1, ErrorCode::invalid_argument, "world", ">= 1", std::to_string(world));
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world));
   {
     // jthreads join on destruction, also when starting a later one throws.

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
+#include <vector>
 
 #include "dcpmla/error.h"
 #include "dcpmla/numeric.h"
@@ -108,7 +110,13 @@ void run_rank(int rank, const Scenario& sc, const Batch& run_batch, Backend& be,
   write_positions(be, sc, sh, cache, history);
   write_positions(be, sc, sh, cache, step);
 
-  const Plan plan = make_plan(run_batch, {sh, H, spec.block_size, sc.num_blocks, opt.limits});
+  PlanConfig config{sh,
+                    H,
+                    spec.block_size,
+                    sc.num_blocks,
+                    opt.model.value_or(be.device_model()),
+                    opt.kv_chunk_blocks};
+  const Plan plan = make_plan(run_batch, config);
   const auto bt = upload(be, run_batch.block_table.data(), run_batch.block_table.size() * 4);
 
   // This rank's heads of the query: [rows, Hl, 576].
@@ -122,10 +130,31 @@ void run_rank(int rank, const Scenario& sc, const Batch& run_batch, Backend& be,
   const auto q_buf = upload(be, q_bytes.data(), q_bytes.size());
   DeviceBuffer out_buf(be, std::size_t(rows) * Hl * kLatentDim * dtype_size(spec.q_dtype));
   DeviceBuffer lse_buf(be, std::size_t(rows) * Hl * sizeof(float));
-  DcpWorkspace ws(be, spec.world, rows, Hl, spec.q_dtype, decode_workspace_bytes(plan));
+  // With device planning, the batch goes to the backend's memory and its plan is made there.
+  std::optional<Schedule> schedule;
+  DeviceBuffer qsl_buf, lens_buf;
+  if (opt.device_plan) {
+    const ScheduleCapacity cap = capacity_for_limits(config, run_batch.num_requests(), rows,
+                                                     std::int32_t(run_batch.max_blocks));
+    schedule.emplace(be, config, cap);
+    std::vector<std::int32_t> lens(run_batch.total_len.begin(), run_batch.total_len.end());
+    qsl_buf = upload(be, run_batch.query_start_loc.data(), run_batch.query_start_loc.size() * 4);
+    lens_buf = upload(be, lens.data(), lens.size() * 4);
+    schedule->plan_on_device({qsl_buf.tensor(DType::i32, {run_batch.num_requests() + 1}),
+                              lens_buf.tensor(DType::i32, {run_batch.num_requests()}), rows},
+                             nullptr);
+  }
+  const std::size_t decode_bytes =
+      schedule ? decode_workspace_bytes(schedule->capacity().partial_rows, H)
+               : decode_workspace_bytes(plan);
+  DcpWorkspace ws(be, spec.world, rows, Hl, spec.q_dtype, decode_bytes);
 
   DcpStepArgs args;
-  args.plan = &plan;
+  if (schedule) {
+    args.schedule = &*schedule;
+  } else {
+    args.plan = &plan;
+  }
   args.q_local = q_buf.tensor(spec.q_dtype, {rows, Hl, kHeadDim});
   args.cache = cache;
   args.block_table = bt.tensor(DType::i32, {run_batch.num_requests(), run_batch.max_blocks});
@@ -164,9 +193,9 @@ void run_rank(int rank, const Scenario& sc, const Batch& run_batch, Backend& be,
 RunResult run_dcp(const Scenario& sc, const BackendFactory& make_backend,
                   const CommunicatorFactory& make_communicator, const RunOptions& opt) {
   const auto& spec = sc.spec;
-  require(spec.world >= 1, ErrorCode::invalid_argument, "world", ">= 1",
-          std::to_string(spec.world));
-  require(
+  DCPMLA_REQUIRE(spec.world >= 1, ErrorCode::invalid_argument, "world", ">= 1",
+                 std::to_string(spec.world));
+  DCPMLA_REQUIRE(
       spec.heads % spec.world == 0, ErrorCode::invalid_argument, "heads",
       "a multiple of world " + std::to_string(spec.world) + " (the query is gathered over heads)",
       std::to_string(spec.heads));

@@ -15,19 +15,21 @@ namespace {
 
 void validate_spec(const ScenarioSpec& s) {
   Sharding{s.world, 0, s.interleave}.validate(s.block_size);
-  require(s.heads >= 1, ErrorCode::invalid_argument, "heads", ">= 1", std::to_string(s.heads));
-  require(s.requests >= 1, ErrorCode::invalid_argument, "requests", ">= 1",
-          std::to_string(s.requests));
-  require(s.max_drafts >= 0, ErrorCode::invalid_argument, "max_drafts", ">= 0",
-          std::to_string(s.max_drafts));
-  require(s.max_context >= s.max_drafts + 1, ErrorCode::invalid_argument, "max_context",
-          fmt::format(">= 1 + max_drafts = {}", s.max_drafts + 1), std::to_string(s.max_context));
-  require(s.padding_rows >= 0, ErrorCode::invalid_argument, "padding_rows", ">= 0",
-          std::to_string(s.padding_rows));
-  require(s.extra_blocks >= 0, ErrorCode::invalid_argument, "extra_blocks", ">= 0",
-          std::to_string(s.extra_blocks));
-  require(s.q_dtype == DType::f32 || s.q_dtype == DType::bf16, ErrorCode::dtype_mismatch, "q_dtype",
-          "fp32 or bf16", to_string(s.q_dtype));
+  DCPMLA_REQUIRE(s.heads >= 1, ErrorCode::invalid_argument, "heads", ">= 1",
+                 std::to_string(s.heads));
+  DCPMLA_REQUIRE(s.requests >= 1, ErrorCode::invalid_argument, "requests", ">= 1",
+                 std::to_string(s.requests));
+  DCPMLA_REQUIRE(s.max_drafts >= 0, ErrorCode::invalid_argument, "max_drafts", ">= 0",
+                 std::to_string(s.max_drafts));
+  DCPMLA_REQUIRE(s.max_context >= s.max_drafts + 1, ErrorCode::invalid_argument, "max_context",
+                 fmt::format(">= 1 + max_drafts = {}", s.max_drafts + 1),
+                 std::to_string(s.max_context));
+  DCPMLA_REQUIRE(s.padding_rows >= 0, ErrorCode::invalid_argument, "padding_rows", ">= 0",
+                 std::to_string(s.padding_rows));
+  DCPMLA_REQUIRE(s.extra_blocks >= 0, ErrorCode::invalid_argument, "extra_blocks", ">= 0",
+                 std::to_string(s.extra_blocks));
+  DCPMLA_REQUIRE(s.q_dtype == DType::f32 || s.q_dtype == DType::bf16, ErrorCode::dtype_mismatch,
+                 "q_dtype", "fp32 or bf16", to_string(s.q_dtype));
 }
 
 // Builds the scenario of an explicit (Q, T, mask) list: block tables shared by all ranks (rank 0
@@ -101,8 +103,9 @@ double stored_value(float x, DType t, float k_scale) {
 Scenario make_scenario(const ScenarioSpec& spec) {
   validate_spec(spec);
   // Random scenarios are for DCP steps, which gather the query over heads.
-  require(spec.heads % spec.world == 0, ErrorCode::invalid_argument, "heads",
-          fmt::format("a positive multiple of world {}", spec.world), std::to_string(spec.heads));
+  DCPMLA_REQUIRE(spec.heads % spec.world == 0, ErrorCode::invalid_argument, "heads",
+                 fmt::format("a positive multiple of world {}", spec.world),
+                 std::to_string(spec.heads));
   std::mt19937_64 rng(spec.seed);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   const int B = spec.requests;
@@ -133,18 +136,19 @@ Scenario make_fixed_scenario(ScenarioSpec spec, std::span<const int> q_lens,
                              std::span<const std::int64_t> total_lens,
                              std::span<const Mask> masks) {
   const auto B = q_lens.size();
-  require(B >= 1, ErrorCode::invalid_argument, "q_lens", "at least one request", "none");
-  require(total_lens.size() == B, ErrorCode::shape_mismatch, "total_lens",
-          fmt::format("{} entries (one per request of q_lens)", B),
-          std::to_string(total_lens.size()));
-  require(masks.empty() || masks.size() == B, ErrorCode::shape_mismatch, "masks",
-          fmt::format("0 or {} entries", B), std::to_string(masks.size()));
+  DCPMLA_REQUIRE(B >= 1, ErrorCode::invalid_argument, "q_lens", "at least one request", "none");
+  DCPMLA_REQUIRE(total_lens.size() == B, ErrorCode::shape_mismatch, "total_lens",
+                 fmt::format("{} entries (one per request of q_lens)", B),
+                 std::to_string(total_lens.size()));
+  DCPMLA_REQUIRE(masks.empty() || masks.size() == B, ErrorCode::shape_mismatch, "masks",
+                 fmt::format("0 or {} entries", B), std::to_string(masks.size()));
   for (std::size_t b = 0; b < B; ++b) {
-    require(q_lens[b] >= 1, ErrorCode::invalid_argument, fmt::format("q_lens[{}]", b), ">= 1",
-            std::to_string(q_lens[b]));
-    require(total_lens[b] >= q_lens[b], ErrorCode::inconsistent, fmt::format("total_lens[{}]", b),
-            fmt::format(">= q_lens[{}] = {} (T includes the query tokens)", b, q_lens[b]),
-            std::to_string(total_lens[b]));
+    DCPMLA_REQUIRE(q_lens[b] >= 1, ErrorCode::invalid_argument, fmt::format("q_lens[{}]", b),
+                   ">= 1", std::to_string(q_lens[b]));
+    DCPMLA_REQUIRE(total_lens[b] >= q_lens[b], ErrorCode::inconsistent,
+                   fmt::format("total_lens[{}]", b),
+                   fmt::format(">= q_lens[{}] = {} (T includes the query tokens)", b, q_lens[b]),
+                   std::to_string(total_lens[b]));
   }
   spec.requests = int(B);
   spec.max_drafts = *std::max_element(q_lens.begin(), q_lens.end()) - 1;

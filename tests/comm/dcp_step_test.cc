@@ -44,8 +44,9 @@ struct StepOut {
 // Runs the given scenarios one after the other as DCP steps on W rank threads, every rank
 // reusing one DcpWorkspace sized for `max_rows` rows and `decode_bytes` of split workspace.
 std::vector<StepOut> run_steps(const std::vector<testing::Scenario>& steps, Combine combine,
-                               PlanLimits limits, DType out_dtype, std::int64_t max_rows,
-                               std::size_t decode_bytes, DType payload = DType::f32,
+                               const testing::PlanChoice& choice, DType out_dtype,
+                               std::int64_t max_rows, std::size_t decode_bytes,
+                               DType payload = DType::f32,
                                std::vector<testing::CallObserver*> observers = {}) {
   const auto& spec0 = steps[0].spec;
   const int W = spec0.world, H = spec0.heads, Hl = H / W;
@@ -66,7 +67,8 @@ std::vector<StepOut> run_steps(const std::vector<testing::Scenario>& steps, Comb
       const auto& spec = sc.spec;
       const Sharding sh{W, r, spec.interleave};
       HostKvCache cache = testing::rank_cache(sc, r);
-      const Plan plan = make_plan(sc.batch, {sh, H, spec.block_size, sc.num_blocks, limits});
+      const Plan plan = make_plan(
+          sc.batch, {sh, H, spec.block_size, sc.num_blocks, choice.model, choice.kv_chunk_blocks});
       const std::int64_t rows = plan.num_rows;
       std::vector<float> q_local(std::size_t(rows) * Hl * kHeadDim);
       for (std::int64_t i = 0; i < rows; ++i) {
@@ -135,7 +137,7 @@ TEST(DcpStep, SingleRankEqualsThePlainDecode) {
   const auto sc = custom_scenario(spec_for(1, 4, 1), {8, 1, 3}, {100, 40, 3}, {}, 2);
   for (Combine c : {Combine::ag_rs, Combine::a2a}) {
     for (int k : {0, 1}) {
-      const PlanLimits lim{.kv_chunk_blocks = k};
+      const testing::PlanChoice lim{.kv_chunk_blocks = k};
       const auto step = run_steps({sc}, c, lim, DType::f32, sc.batch.rows(), 1 << 22)[0];
       const auto direct = testing::decode_rank(sc, 0, lim);
       ASSERT_EQ(step.out.size(), direct.out.size());
@@ -216,7 +218,7 @@ TEST(DcpStep, WorkspaceIsReusableAcrossBatches) {
   };
   for (std::size_t s = 0; s < steps.size(); ++s) steps[s].spec.seed = 30 + s;
   for (Combine c : {Combine::ag_rs, Combine::a2a}) {
-    const PlanLimits lim{.kv_chunk_blocks = 1};
+    const testing::PlanChoice lim{.kv_chunk_blocks = 1};
     const auto reused = run_steps(steps, c, lim, DType::f32, 16, 1 << 22);
     for (std::size_t s = 0; s < steps.size(); ++s) {
       const auto fresh = run_steps({steps[s]}, c, lim, DType::f32, steps[s].batch.rows(), 1 << 22);
@@ -227,7 +229,8 @@ TEST(DcpStep, WorkspaceIsReusableAcrossBatches) {
       // and the testing runner (which builds its own workspace) gives the same bits
       testing::RunOptions o;
       o.combine = c;
-      o.limits = lim;
+      o.model = lim.model;
+      o.kv_chunk_blocks = lim.kv_chunk_blocks;
       const auto sim_run = testing::run_dcp(steps[s], testing::cpu1(), o);
       EXPECT_TRUE(testing::agreement(sim_run, {fresh[0].out, fresh[0].lse}).bit_identical);
     }
@@ -250,7 +253,7 @@ TEST(DcpStep, Bf16OutputIsTheRoundedFp32Output) {
 // itself matches the reference for W = 2, 4 and 8, with either payload, split requests, padding
 // rows and ranks holding no key of a request included.
 TEST(DcpStep, FusedLayoutsMatchTheReference) {
-  PlanLimits split;
+  testing::PlanChoice split;
   split.kv_chunk_blocks = 2;
   for (int W : {2, 4, 8}) {
     const auto sc = custom_scenario(spec_for(W, 8, 45 + W), {8, 2, 1}, {300, 40, 7}, {}, 3);

@@ -16,6 +16,7 @@
 #include "dcpmla/dcp.h"
 #include "dcpmla/error.h"
 #include "dcpmla/plan.h"
+#include "dcpmla/schedule.h"
 #include "dcpmla/testing/run_ranks.h"
 #include "dcpmla/testing/scenario.h"
 #include "dcpmla/types.h"
@@ -124,6 +125,9 @@ TEST_P(DecodeValidation, RaisesTypedErrorAndWritesNothing) {
         if (c.before_plan) c.before_plan(s);
         try {
           const Plan plan = make_plan(s.batch, s.config);
+          // The host-side check of the table an engine runs before a step (make_plan reads no
+          // block id; the decode reads a bad one as NaN keys, as the GPU does).
+          validate_block_ids(s.batch, s.config);
           DecodeArgs a = s.args(plan);
           if (c.edit) c.edit(a, s);
           backend->decode(a, nullptr);
@@ -144,7 +148,7 @@ TEST(DecodeValidationFixture, ValidSetupRuns) {
   DecodeSetup s;
   auto backend = make_cpu_backend(1);
   for (int chunk : {0, 1}) {
-    s.config.limits.kv_chunk_blocks = chunk;
+    s.config.kv_chunk_blocks = chunk;
     const Plan plan = make_plan(s.batch, s.config);
     DecodeArgs a = s.args(plan);
     // poisoned pages are NaN: fill the used ones with zeros so the output is finite
@@ -209,12 +213,14 @@ const std::vector<DecodeCase> kDecodeCases = {
        s.batch.total_len = {100, -5};
      },
      nullptr},
+    // make_plan reads no block id: validate_block_ids checks the table against the fullest rank
+    // (rank 0 holds 50 tokens of request 0: 4 blocks) and the ids it reads.
     {"block_table_too_short_for_T", ErrorCode::shape_mismatch, "block_table row 0",
      [](S& s) {
        s.batch.max_blocks = 3;
        s.batch.block_table = {0, 1, 2, 4, 5, -1};
      },
-     nullptr},
+     nullptr, ">= 4 blocks"},
     {"block_table_wrong_entry_count", ErrorCode::shape_mismatch, "block_table",
      [](S& s) { s.batch.block_table.pop_back(); }, nullptr},
     {"block_id_negative", ErrorCode::out_of_range, "block_table[0][1]",
@@ -314,24 +320,21 @@ const std::vector<DecodeCase> kDecodeCases = {
        a.block_table.shape = {9, 1};
      },
      nullptr},
-    {"block_table_tensor_too_few_columns", ErrorCode::shape_mismatch, "block_table row 0", nullptr,
+    {"block_table_tensor_too_few_columns", ErrorCode::shape_mismatch, "block_table", nullptr,
      [](A& a, S&) {
        a.block_table.shape = {2, 2};
      },
-     nullptr},
-    {"block_table_tensor_id_out_of_range", ErrorCode::out_of_range, "block_table[1][1]", nullptr,
-     [](A& a, S& s) {
-       static std::vector<std::int32_t> bad;
-       bad = s.batch.block_table;
-       bad[6] = 99;
-       a.block_table.data = bad.data();
+     ">= 4]"},
+    {"block_table_tensor_too_few_rows", ErrorCode::shape_mismatch, "block_table", nullptr,
+     [](A& a, S&) {
+       a.block_table.shape = {1, 5};
      },
-     nullptr},
+     "[>= 2,"},
     {"workspace_too_small", ErrorCode::shape_mismatch, "workspace",
-     [](S& s) { s.config.limits.kv_chunk_blocks = 1; },
+     [](S& s) { s.config.kv_chunk_blocks = 1; },
      [](A& a, S&) { a.workspace.shape = {a.workspace.shape[0] - 1}; }, nullptr},
     {"workspace_null", ErrorCode::shape_mismatch, "workspace",
-     [](S& s) { s.config.limits.kv_chunk_blocks = 1; }, [](A& a, S&) { a.workspace = TensorRef(); },
+     [](S& s) { s.config.kv_chunk_blocks = 1; }, [](A& a, S&) { a.workspace = TensorRef(); },
      nullptr},
     {"cache_block_size_differs_from_plan", ErrorCode::inconsistent, "cache.block_size", nullptr,
      [](A& a, S&) { a.cache.block_size = 8; }, nullptr},
@@ -759,6 +762,63 @@ TEST(Validation, ParseBadStrings) {
   EXPECT_EQ(parse_combine(to_string(Combine::a2a), "x"), Combine::a2a);
 }
 
+// validate_block_ids (make_plan does not read the table): the fullest rank's columns and ids,
+// named by row and column.
+TEST(Validation, BlockIds) {
+  DecodeSetup s;
+  EXPECT_NO_THROW(validate_block_ids(s.batch, s.config));
+  {
+    Batch b = s.batch;  // 3 columns: request 0 needs 4 blocks on rank 0
+    b.max_blocks = 3;
+    b.block_table = {0, 1, 2, 4, 5, -1};
+    expect_error([&] { validate_block_ids(b, s.config); }, ErrorCode::shape_mismatch,
+                 "block_table row 0");
+  }
+  {
+    Batch b = s.batch;
+    b.block_table[1] = -3;
+    expect_error([&] { validate_block_ids(b, s.config); }, ErrorCode::out_of_range,
+                 "block_table[0][1]");
+  }
+  {
+    Batch b = s.batch;
+    b.block_table[5] = 12;
+    expect_error([&] { validate_block_ids(b, s.config); }, ErrorCode::out_of_range,
+                 "block_table[1][0]");
+  }
+  {
+    // Rank 1 reads a prefix of what rank 0 reads, and is refused alike.
+    Batch b = s.batch;
+    b.block_table[3] = 99;  // request 0's 4th block: rank 1 holds 50 tokens, reads it too
+    PlanConfig c = s.config;
+    c.sharding.rank = 1;
+    expect_error([&] { validate_block_ids(b, c); }, ErrorCode::out_of_range, "block_table[0][3]");
+  }
+}
+
+// A decode runs a plan or a schedule: exactly one of them.
+TEST(Validation, DecodeTakesExactlyOneOfPlanAndSchedule) {
+  DecodeSetup s;
+  auto backend = make_cpu_backend(1);
+  const Plan plan = make_plan(s.batch, s.config);
+  Schedule schedule(*backend, s.config, capacity_of(plan));
+  schedule.update(plan, nullptr);
+  DecodeArgs a = s.args(plan);
+  a.schedule = &schedule;
+  expect_error([&] { backend->decode(a, nullptr); }, ErrorCode::invalid_argument, "schedule");
+  a.plan = nullptr;
+  a.schedule = nullptr;
+  expect_error([&] { backend->decode(a, nullptr); }, ErrorCode::invalid_argument, "plan");
+  EXPECT_TRUE(s.outputs_untouched());
+  // A schedule never written has no plan to run.
+  Schedule unwritten(*backend, s.config, capacity_of(plan));
+  a.schedule = &unwritten;
+  expect_error([&] { backend->decode(a, nullptr); }, ErrorCode::invalid_argument, "schedule");
+  EXPECT_TRUE(s.outputs_untouched());
+  a.schedule = &schedule;
+  EXPECT_NO_THROW(backend->decode(a, nullptr));
+}
+
 TEST(Validation, InProcessGroupAndCommunicator) {
   expect_error([] { InProcessGroup g(0); }, ErrorCode::invalid_argument, "world");
   expect_error([] { InProcessGroup g(-2); }, ErrorCode::invalid_argument, "world");
@@ -914,6 +974,31 @@ TEST(Validation, ErrorMessageFormat) {
                  ErrorCode::out_of_range, ErrorCode::inconsistent, ErrorCode::unsupported,
                  ErrorCode::backend_failure}) {
     EXPECT_STRNE(to_string(c), "unknown");
+  }
+}
+
+// A block id the host never checked (a device table) reads no memory on any backend: its keys
+// are NaN, so exactly the rows that see them come out NaN and the others stay finite.
+TEST(DecodeBlockIds, BadIdInTheDecodeTableGivesNaNRowsOnly) {
+  DecodeSetup s;
+  auto backend = make_cpu_backend(1);
+  const Plan plan = make_plan(s.batch, s.config);
+  std::vector<float> zeros(std::size_t(6) * 16 * kHeadDim, 0.0f);
+  std::vector<std::int64_t> slots(zeros.size() / kHeadDim);
+  for (std::size_t i = 0; i < slots.size(); ++i) slots[i] = std::int64_t(i);
+  backend->write_kv(
+      {TensorRef(zeros.data(), DType::f32, {std::int64_t(slots.size()), kHeadDim}),
+       TensorRef(slots.data(), DType::i64, {std::int64_t(slots.size())}), s.cache.ref()},
+      nullptr);
+  std::vector<std::int32_t> bad = s.batch.block_table;
+  bad[std::size_t(s.batch.max_blocks)] = 99;  // request 1's first block
+  DecodeArgs a = s.args(plan);
+  a.block_table.data = bad.data();
+  backend->decode(a, nullptr);
+  const auto* lse = reinterpret_cast<const float*>(s.lse.data());
+  for (std::int64_t row = 0; row < plan.num_real_rows; ++row) {
+    const bool request1 = row >= s.batch.query_start_loc[1] && row < s.batch.query_start_loc[2];
+    EXPECT_EQ(std::isnan(lse[row * DecodeSetup::H]), request1) << "row " << row;
   }
 }
 

@@ -19,19 +19,20 @@ namespace {
 using testing::custom_scenario;
 using testing::decode_rank;
 using testing::local_reference;
+using testing::PlanChoice;
 using testing::row_is_empty;
 
 // Every (row, head) partial of every rank against the per-rank oracle; rows that see no local
 // key must be exactly O = 0, LSE = -inf, and so must padding rows.
-void check_all_ranks(const testing::Scenario& sc, const PlanLimits& limits, double out_tol = 1e-4,
-                     double lse_tol = 2e-4) {
+void check_all_ranks(const testing::Scenario& sc, const testing::PlanChoice& choice,
+                     double out_tol = 1e-4, double lse_tol = 2e-4) {
   const auto& spec = sc.spec;
   const Batch& batch = sc.batch;
   const int H = spec.heads;
   for (int rank = 0; rank < spec.world; ++rank) {
     SCOPED_TRACE(::testing::Message() << "rank " << rank << " " << testing::describe(spec) << " "
                                       << testing::describe_batch(batch));
-    const auto got = decode_rank(sc, rank, limits);
+    const auto got = decode_rank(sc, rank, choice);
     for (int b = 0; b < batch.num_requests(); ++b) {
       const int Q = batch.q_len(b);
       for (int j = 0; j < Q; ++j) {
@@ -94,7 +95,7 @@ TEST(CpuDecode, RandomScenariosMatchPerRankOracle) {
     spec.full_mask_fraction = rng() % 3 == 0 ? 0.5 : 0.0;
     spec.padding_rows = int(rng() % 3);
     const auto sc = testing::make_scenario(spec);
-    PlanLimits lim;
+    testing::PlanChoice lim;
     if (rng() % 2) lim.kv_chunk_blocks = 1 + int(rng() % 3);
     check_all_ranks(sc, lim);
     if (::testing::Test::HasFatalFailure()) return;
@@ -108,7 +109,7 @@ TEST(CpuDecode, RowsWithNoLocalKeysAreExactlyEmpty) {
   // Q = 3, T = 4: bounds 2, 3, 4. Rank 3 owns only position 3: rows 0 and 1 see nothing there,
   // row 2 sees one key. Rank 2: row 0 sees nothing. The second request is ordinary.
   const auto sc = custom_scenario(spec, {3, 2}, {4, 30});
-  for (PlanLimits lim : {PlanLimits{}, PlanLimits{.kv_chunk_blocks = 1}}) {
+  for (const PlanChoice& lim : {PlanChoice{}, PlanChoice{.kv_chunk_blocks = 1}}) {
     const auto r3 = decode_rank(sc, 3, lim);
     EXPECT_EQ(r3.plan.row_local_bound[0], 0);
     EXPECT_EQ(r3.plan.row_local_bound[1], 0);
@@ -135,7 +136,7 @@ TEST(CpuDecode, RanksWithNoKeysAtAllAreExactlyEmpty) {
   const auto sc = custom_scenario(spec, {3}, {3});
   for (int rank = 3; rank < 8; ++rank) {
     const auto r = decode_rank(sc, rank, {.kv_chunk_blocks = 1});
-    EXPECT_EQ(r.plan.max_local_len, 0);
+    EXPECT_EQ(r.plan.request_local_len, (std::vector<std::int32_t>{0}));
     for (int row = 0; row < 3; ++row) {
       for (int h = 0; h < spec.heads; ++h) {
         EXPECT_TRUE(row_is_empty(r.out, r.lse, spec.heads, row, h)) << rank << " " << row;
@@ -149,11 +150,17 @@ TEST(CpuDecode, PaddingRowsAreExactlyEmpty) {
   auto spec = small_spec(2, 1, 16, DType::bf16, 10);
   const auto sc = custom_scenario(spec, {2, 1}, {50, 20}, {}, 5);
   for (int rank = 0; rank < 2; ++rank) {
-    for (PlanLimits lim : {PlanLimits{}, PlanLimits{.kv_chunk_blocks = 1}}) {
+    for (const PlanChoice& lim : {PlanChoice{}, PlanChoice{.kv_chunk_blocks = 1}}) {
       const auto r = decode_rank(sc, rank, lim);
       ASSERT_EQ(r.plan.num_rows, 8);
+      // No work item computes a padding row: each covers rows of its own request only.
+      for (const WorkItem& w : r.plan.work) {
+        EXPECT_LT(w.row_begin + (w.pair_begin + w.num_pairs - 1) / spec.heads, 3);
+      }
+      const auto row_request = row_requests(sc.batch);
       for (int row = 3; row < 8; ++row) {
-        EXPECT_EQ(r.plan.row_request[row], -1);
+        EXPECT_EQ(row_request[row], -1);
+        EXPECT_EQ(r.plan.row_local_bound[row], 0);
         for (int h = 0; h < spec.heads; ++h) {
           EXPECT_TRUE(row_is_empty(r.out, r.lse, spec.heads, row, h)) << "padding row " << row;
         }
@@ -186,8 +193,8 @@ TEST(CpuDecode, DeterministicAcrossRunsAndThreadCounts) {
   auto spec = small_spec(2, 1, 16, DType::bf16, 12);
   const auto sc = custom_scenario(spec, {8, 1, 3}, {100, 40, 77});
   const Sharding sh{2, 1, 1};
-  const Plan plan =
-      make_plan(sc.batch, {sh, spec.heads, spec.block_size, sc.num_blocks, {.kv_chunk_blocks = 1}});
+  const Plan plan = make_plan(sc.batch, {sh, spec.heads, spec.block_size, sc.num_blocks,
+                                         /*model=*/{}, /*kv_chunk_blocks=*/1});
   HostKvCache cache(spec.kv_dtype, sc.num_blocks, spec.block_size);
   cache.poison();
   std::vector<float> lat;
@@ -209,6 +216,7 @@ TEST(CpuDecode, DeterministicAcrossRunsAndThreadCounts) {
         lse(std::size_t(rows) * spec.heads);
     std::vector<std::uint8_t> ws(decode_workspace_bytes(plan));
     DecodeArgs a{&plan,
+                 /*schedule=*/nullptr,
                  TensorRef(sc.q.data(), DType::f32, {rows, spec.heads, kHeadDim}),
                  cache.ref(),
                  TensorRef(sc.batch.block_table.data(), DType::i32,

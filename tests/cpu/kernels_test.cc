@@ -286,7 +286,9 @@ TEST(Combine, RescaleThenSumEqualsMergeAndNeverLeaksGarbage) {
           float sum = 0;
           for (int r = 0; r < W; ++r) {
             const float v = sends[r][((std::size_t(dest) * N + n) * Hl + hl) * kLatentDim + d];
-            if (!std::isnan(l)) ASSERT_FALSE(std::isnan(v)) << "garbage leaked from rank " << r;
+            if (!std::isnan(l)) {
+              ASSERT_FALSE(std::isnan(v)) << "garbage leaked from rank " << r;
+            }
             sum += v;
           }
           if (std::isnan(l)) {

@@ -244,7 +244,7 @@ TEST(CudaBackend, DecodeMatchesCpuBackend) {
           const std::vector<std::int64_t> lens = {16, 2, 300, H >= 64 ? 200 : 1500};
           const std::vector<Mask> masks = {Mask::causal, Mask::causal, Mask::full, Mask::causal};
           const testing::Scenario sc = custom_scenario(spec, q_lens, lens, masks, /*padding=*/3);
-          PlanLimits limits;
+          gpu_testing::Split limits;
           limits.kv_chunk_blocks = int(rng() % 3);
           const int rank = int(rng() % 2);
           SCOPED_TRACE(testing::describe(spec) + " out " + to_string(out) + " rank " +
@@ -288,7 +288,7 @@ TEST(CudaBackend, RisingScoresRescaleBetweenTiles) {
         testing::Scenario sc = custom_scenario(spec, {3, 1, 8}, {1400, 9, 600},
                                                {Mask::causal, Mask::causal, Mask::full}, 1);
         testing::raise_second_halves(sc, 6.0f);
-        PlanLimits limits;
+        gpu_testing::Split limits;
         limits.kv_chunk_blocks = chunk_blocks;
         const int rank = seed % 2;
         SCOPED_TRACE(testing::describe(spec) + " rank " + std::to_string(rank) + " chunk " +
@@ -326,7 +326,7 @@ TEST(CudaBackend, BulkCopyBlockSizesMatchCpuBackend) {
         const std::vector<std::int64_t> lens = {700, 2049, H >= 64 ? 400 : 3000};
         const std::vector<Mask> masks = {Mask::causal, Mask::full, Mask::causal};
         const testing::Scenario sc = custom_scenario(spec, q_lens, lens, masks, /*padding=*/1);
-        PlanLimits limits;
+        gpu_testing::Split limits;
         limits.kv_chunk_blocks = chunk_blocks;
         SCOPED_TRACE(testing::describe(spec) + " chunk " + std::to_string(chunk_blocks));
         const auto got = run_decode(*be, sc, 1, limits, DType::f32);
@@ -361,7 +361,7 @@ TEST(CudaBackend, DecodeIntoSendRowsEqualsDecodeThenPack) {
         const testing::Scenario sc = custom_scenario(spec, {1, 8, 3}, {900, 5000, 70},
                                                      {Mask::causal, Mask::causal, Mask::full},
                                                      /*padding=*/2);
-        PlanLimits limits;
+        gpu_testing::Split limits;
         limits.kv_chunk_blocks = chunk_blocks;
         for (DType payload : {DType::bf16, DType::f32}) {
           const int W = H == 6 ? 3 : 2;
@@ -401,7 +401,7 @@ TEST(CudaBackend, DecodeRepeatsAndGrowsItsPlanBuffers) {
   const testing::Scenario small = custom_scenario(spec, {2}, {40});
   spec.seed = 4;
   const testing::Scenario big = custom_scenario(spec, {8, 1, 4, 2, 3}, {900, 10, 2000, 64, 5});
-  PlanLimits limits;
+  gpu_testing::Split limits;
   limits.kv_chunk_blocks = 1;
   const auto a1 = run_decode(*be, small, 0, limits, DType::f32);
   const auto b1 = run_decode(*be, big, 0, limits, DType::f32);
@@ -413,8 +413,9 @@ TEST(CudaBackend, DecodeRepeatsAndGrowsItsPlanBuffers) {
   EXPECT_EQ(b1.lse, b2.lse);
 }
 
-// Decode on a non-default stream, then the same decode captured in a CUDA graph and replayed:
-// the same bits. A capture that would need a new plan upload is refused, not mis-recorded.
+// Decode on a non-default stream, then the same decode captured in a CUDA graph (through a
+// schedule) and replayed: the same bits. A host plan under capture is refused, not mis-recorded;
+// writing the schedule after the capture makes the graph replay the new plan.
 TEST(CudaBackend, StreamsAndGraphCapture) {
   DCPMLA_REQUIRE_GPU();
   if (on_cpu()) GTEST_SKIP() << "CUDA streams only";
@@ -423,21 +424,22 @@ TEST(CudaBackend, StreamsAndGraphCapture) {
   spec.heads = 16;
   spec.seed = 8;
   const testing::Scenario sc = custom_scenario(spec, {8, 2, 1}, {100, 40, 700});
-  const Sharding sh{spec.world, 0, spec.interleave};
-  PlanLimits limits;
+  gpu_testing::Split limits;
   limits.kv_chunk_blocks = 2;
-  const Plan plan = make_plan(sc.batch, {sh, spec.heads, spec.block_size, sc.num_blocks, limits});
+  const PlanConfig config = gpu_testing::plan_config(*be, sc, 0, limits);
+  const Plan plan = make_plan(sc.batch, config);
   Batch other_batch = sc.batch;
   other_batch.total_len[2] = 600;
-  const Plan other =
-      make_plan(other_batch, {sh, spec.heads, spec.block_size, sc.num_blocks, limits});
+  const Plan other = make_plan(other_batch, config);
+  Schedule sched(*be, config, max_capacity(capacity_of(plan), capacity_of(other)));
 
   const KvCacheRef cache{nullptr, DType::bf16, sc.num_blocks, spec.block_size, 1.0f};
   std::vector<std::uint16_t> cache_host(cache.bytes() / 2);
   for (std::size_t i = 0; i < cache_host.size(); ++i) {
     cache_host[i] = float_to_bf16(std::sin(float(i) * 0.37f));
   }
-  Bf16Decode d(*be, sc, cache_host, decode_workspace_bytes(plan));
+  Bf16Decode d(*be, sc, cache_host,
+               decode_workspace_bytes(sched.capacity().partial_rows, spec.heads));
   const std::int64_t rows = d.rows;
   const int H = d.heads;
   DeviceBuffer& out = d.out;
@@ -451,9 +453,32 @@ TEST(CudaBackend, StreamsAndGraphCapture) {
   be->synchronize(s);
   const auto out1 = to_host<std::uint8_t>(*be, out.data(), out.bytes());
   const auto lse1 = to_host<float>(*be, lse.data(), std::size_t(rows) * H);
-  ASSERT_EQ(cudaMemsetAsync(out.data(), 0xff, out.bytes(), s), cudaSuccess);
-  ASSERT_EQ(cudaMemsetAsync(lse.data(), 0xff, lse.bytes(), s), cudaSuccess);
+  args.plan = &other;
+  be->decode(args, s);
+  be->synchronize(s);
+  const auto out_other = to_host<std::uint8_t>(*be, out.data(), out.bytes());
+  ASSERT_NE(out_other, out1);
 
+  // A host plan under capture: refused with Error(unsupported, "plan").
+  args.plan = &plan;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  try {
+    be->decode(args, s);
+    ADD_FAILURE() << "a host plan under capture was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported);
+    EXPECT_EQ(e.argument(), "plan");
+  }
+  cudaGraph_t discarded = nullptr;
+  cudaStreamEndCapture(s, &discarded);
+  if (discarded) cudaGraphDestroy(discarded);
+  cudaGetLastError();
+
+  // The schedule's decode captured and replayed: the eager bits.
+  sched.update(plan, s);
+  args.plan = nullptr;
+  args.schedule = &sched;
+  d.poison(s);
   cudaGraph_t graph = nullptr;
   ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
   be->decode(args, s);
@@ -465,28 +490,9 @@ TEST(CudaBackend, StreamsAndGraphCapture) {
   EXPECT_EQ(to_host<std::uint8_t>(*be, out.data(), out.bytes()), out1);
   EXPECT_EQ(to_host<float>(*be, lse.data(), std::size_t(rows) * H), lse1);
 
-  // A different plan under capture needs an upload: refused with Error(unsupported).
-  DecodeArgs other_args = args;
-  other_args.plan = &other;
-  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  try {
-    be->decode(other_args, s);
-    ADD_FAILURE() << "a capture needing a plan upload was accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::unsupported);
-  }
-  cudaGraph_t discarded = nullptr;
-  cudaStreamEndCapture(s, &discarded);
-  if (discarded) cudaGraphDestroy(discarded);
-  cudaGetLastError();
-
-  // After the capture, an eager decode of another plan rewrites the plan buffers in place: the
-  // graph then replays that plan.
-  be->decode(other_args, s);
-  be->synchronize(s);
-  const auto out_other = to_host<std::uint8_t>(*be, out.data(), out.bytes());
-  ASSERT_NE(out_other, out1);
-  ASSERT_EQ(cudaMemsetAsync(out.data(), 0xff, out.bytes(), s), cudaSuccess);
+  // The other plan written into the schedule: the graph replays it.
+  sched.update(other, s);
+  d.poison(s);
   ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
   be->synchronize(s);
   EXPECT_EQ(to_host<std::uint8_t>(*be, out.data(), out.bytes()), out_other);
@@ -495,10 +501,10 @@ TEST(CudaBackend, StreamsAndGraphCapture) {
   cudaStreamDestroy(s);
 }
 
-// Capture once, then replay step after step with the plan updated in place between replays
-// (update_decode_plan): every replay equals an eager decode of its plan, bit for bit. Plans that
-// do not fit the capture are refused and leave the buffers as they were; reserving capacity
-// before the capture lets a larger plan through.
+// Capture once, then replay step after step with the schedule updated in place between replays
+// (Schedule::update): every replay equals an eager decode of its plan, bit for bit. Plans that
+// do not fit the schedule (over capacity: "plan"; another config: "plan.config") are refused and
+// leave it as it was; a schedule sized for the limits of every step lets a larger plan through.
 TEST(CudaBackend, GraphReplaysPlansUpdatedInPlace) {
   DCPMLA_REQUIRE_GPU();
   if (on_cpu()) GTEST_SKIP() << "CUDA graphs only";
@@ -507,19 +513,25 @@ TEST(CudaBackend, GraphReplaysPlansUpdatedInPlace) {
   spec.seed = 9;
   // The block table is sized for the longest step; shorter steps use a prefix of each row.
   const testing::Scenario sc = custom_scenario(spec, {8, 2, 1}, {100, 40, 1500});
-  const Sharding sh{spec.world, 0, spec.interleave};
-  PlanLimits limits;
+  gpu_testing::Split limits;
   limits.kv_chunk_blocks = 2;
+  auto be = make_backend();
+  const PlanConfig config = gpu_testing::plan_config(*be, sc, 0, limits);
   auto plan_for = [&](std::vector<std::int64_t> lens) {
     Batch b = sc.batch;
     b.total_len = lens;
-    return make_plan(b, {sh, spec.heads, spec.block_size, sc.num_blocks, limits});
+    return make_plan(b, config);
   };
   const Plan step1 = plan_for({60, 40, 700});
   const Plan step2 = plan_for({61, 41, 701});  // one more token each: bounds move
   const Plan step3 = plan_for({100, 3, 650});  // fewer thread blocks
-  const Plan big = plan_for({100, 40, 1500});  // more thread blocks than step1
-  ASSERT_GT(decode_capacity(big).thread_blocks, decode_capacity(step1).thread_blocks);
+  const Plan big = plan_for({100, 40, 1500});  // more thread blocks than the others
+  const ScheduleCapacity small_cap =
+      max_capacity(max_capacity(capacity_of(step1), capacity_of(step2)), capacity_of(step3));
+  ASSERT_GT(capacity_of(big).work_items, small_cap.work_items);
+  const ScheduleCapacity limits_cap =
+      capacity_for_limits(config, sc.batch.num_requests(), sc.batch.rows(), sc.batch.max_blocks);
+  ASSERT_EQ(max_capacity(limits_cap, capacity_of(big)), limits_cap);
 
   const KvCacheRef cache{nullptr, DType::bf16, sc.num_blocks, spec.block_size, 1.0f};
   std::vector<std::uint16_t> cache_host(cache.bytes() / 2);
@@ -533,32 +545,35 @@ TEST(CudaBackend, GraphReplaysPlansUpdatedInPlace) {
     std::vector<std::uint8_t> out;
     std::vector<float> lse;
   };
-  // Eager decodes of every step (on a fresh backend each time, so nothing grows the capacity
-  // of the backend that captures).
+  const std::vector<const Plan*> steps = {&step1, &step2, &step3, &big};
+  // Eager decodes of every step, of their host plans, on a backend of their own.
   std::vector<Run> eager;
-  for (const Plan* p : {&step1, &step2, &step3, &big}) {
-    auto be = make_backend();
-    Bf16Decode d(*be, sc, cache_host, decode_workspace_bytes(*p));
-    d.args.plan = p;
-    be->decode(d.args, s);
-    be->synchronize(s);
-    eager.push_back({d.out_bytes(), d.lse_values()});
+  {
+    auto eager_be = make_backend();
+    for (const Plan* p : steps) {
+      Bf16Decode d(*eager_be, sc, cache_host, decode_workspace_bytes(*p));
+      d.args.plan = p;
+      eager_be->decode(d.args, s);
+      eager_be->synchronize(s);
+      eager.push_back({d.out_bytes(), d.lse_values()});
+    }
   }
   ASSERT_NE(eager[0].out, eager[1].out);
 
-  // The backend under test: buffers for the largest step, step1 uploaded before the capture.
-  auto be = make_backend();
-  Bf16Decode d(*be, sc, cache_host, decode_workspace_bytes(big));
+  // The backend under test: a workspace for either schedule.
+  Bf16Decode d(*be, sc, cache_host,
+               decode_workspace_bytes(std::max(small_cap.partial_rows, limits_cap.partial_rows),
+                                      spec.heads));
   DecodeArgs& args = d.args;
-  args.plan = &step1;
   auto replay = [&](cudaGraphExec_t exec) {
     d.poison(s);
     EXPECT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
     be->synchronize(s);
     return Run{d.out_bytes(), d.lse_values()};
   };
-  auto capture = [&] {
-    be->decode(args, s);  // uploads step1
+  auto capture = [&](Schedule& sched) {
+    sched.update(step1, s);
+    args.schedule = &sched;
     cudaGraph_t graph = nullptr;
     EXPECT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
     be->decode(args, s);
@@ -569,48 +584,47 @@ TEST(CudaBackend, GraphReplaysPlansUpdatedInPlace) {
     return exec;
   };
 
-  // 1. No reservation: the capture covers step1's capacity.
-  EXPECT_THROW(update_decode_plan(*be, step2, s), Error);  // nothing captured yet
-  cudaGraphExec_t exec = capture();
+  // 1. A schedule of exactly the three steps' capacity.
+  Schedule small(*be, config, small_cap);
+  cudaGraphExec_t exec = capture(small);
   for (int k : {1, 0, 2, 1}) {
-    update_decode_plan(*be, *std::vector<const Plan*>{&step1, &step2, &step3}[std::size_t(k)], s);
+    small.update(*steps[std::size_t(k)], s);
     const Run got = replay(exec);
     EXPECT_EQ(got.out, eager[std::size_t(k)].out) << "step " << k;
     EXPECT_EQ(got.lse, eager[std::size_t(k)].lse) << "step " << k;
   }
-  try {
-    update_decode_plan(*be, big, s);
-    ADD_FAILURE() << "a plan beyond the captured capacity was accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::unsupported) << e.what();
-  }
-  // Another row count (one more draft on request 1) changes the captured shapes.
+  auto expect_refused = [&](const Plan& p, const char* argument, const char* what) {
+    try {
+      small.update(p, s);
+      ADD_FAILURE() << what << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), argument) << e.what();
+    }
+  };
+  expect_refused(big, "plan", "a plan beyond the schedule's capacity");
+  // More rows (one more draft on request 1) than the schedule holds.
   Batch more_rows = sc.batch;
   more_rows.query_start_loc = {0, 8, 11, 12};
   more_rows.total_len = {60, 40, 700};
   more_rows.num_tokens = -1;
-  const Plan reshaped =
-      make_plan(more_rows, {sh, spec.heads, spec.block_size, sc.num_blocks, limits});
-  try {
-    update_decode_plan(*be, reshaped, s);
-    ADD_FAILURE() << "a plan with other row counts was accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::inconsistent) << e.what();
-  }
+  expect_refused(make_plan(more_rows, config), "plan", "a plan with more rows");
+  // Another config (heads) than the schedule's.
+  PlanConfig other_heads = config;
+  other_heads.num_heads = 32;
+  Batch b1 = sc.batch;
+  b1.total_len = {60, 40, 700};
+  expect_refused(make_plan(b1, other_heads), "plan.config", "a plan of another config");
   EXPECT_EQ(replay(exec).out, eager[1].out);  // the refusals left step2 in place
-  EXPECT_THROW(update_decode_plan(*make_cpu_backend(1), step2, s), Error);  // not CUDA
   cudaGraphExecDestroy(exec);
 
-  // 2. Reserved for the largest step before capturing again: it replays too.
-  forget_captured_decodes(*be);
-  reserve_decode_capacity(*be, decode_capacity(big));
-  exec = capture();
+  // 2. A schedule for the batch's limits, captured anew: the largest step replays too.
+  Schedule roomy(*be, config, limits_cap);
+  exec = capture(roomy);
   for (int k : {3, 0, 3, 2}) {
-    update_decode_plan(*be, *std::vector<const Plan*>{&step1, &step2, &step3, &big}[std::size_t(k)],
-                       s);
+    roomy.update(*steps[std::size_t(k)], s);
     const Run got = replay(exec);
-    EXPECT_EQ(got.out, eager[std::size_t(k)].out) << "reserved, step " << k;
-    EXPECT_EQ(got.lse, eager[std::size_t(k)].lse) << "reserved, step " << k;
+    EXPECT_EQ(got.out, eager[std::size_t(k)].out) << "roomy, step " << k;
+    EXPECT_EQ(got.lse, eager[std::size_t(k)].lse) << "roomy, step " << k;
   }
   cudaGraphExecDestroy(exec);
   cudaStreamDestroy(s);

@@ -81,7 +81,8 @@ TEST(CudaDcp, SpecVectorBatches) {
           const testing::Scenario sc = custom_scenario(spec, v.q, v.t, v.masks, /*padding=*/2);
           testing::RunOptions o;
           o.combine = combine;
-          o.limits.kv_chunk_blocks = seed % 2 ? 1 : 0;
+          o.model = gpu_testing::kNoSplitModel;
+          o.kv_chunk_blocks = seed % 2 ? 1 : 0;
           expect_matches_reference(sc, o);
           if (HasFailure()) return;
         }
@@ -116,7 +117,8 @@ TEST(CudaDcp, EmptyRowsEmptyRanksAndPadding) {
         const testing::Scenario sc = custom_scenario(spec, sh.q, sh.t, {}, /*padding=*/3);
         testing::RunOptions o;
         o.combine = combine;
-        o.limits.kv_chunk_blocks = seed % 2 ? 1 : 0;
+        o.model = gpu_testing::kNoSplitModel;
+        o.kv_chunk_blocks = seed % 2 ? 1 : 0;
         expect_matches_reference(sc, o);
         if (HasFailure()) return;
       }
@@ -135,8 +137,8 @@ TEST(CudaDcp, FlattenedMatchesNativeBitForBit) {
       c.spec.kv_dtype = DType::bf16;
       c.spec.q_dtype = DType::bf16;
     }
-    c.options.limits = {};
-    c.options.limits.kv_chunk_blocks = int(i % 3);  // 0: no split
+    c.options.model = gpu_testing::kNoSplitModel;
+    c.options.kv_chunk_blocks = int(i % 3);  // 0: no split
     const testing::Scenario sc = testing::make_scenario(c.spec);
     SCOPED_TRACE(testing::describe_run(sc, c.options));
     testing::RunOptions flat = c.options;
@@ -168,7 +170,8 @@ TEST(CudaDcp, NarrowAndWideTilesGiveTheSameBits) {
         const testing::Scenario sc =
             custom_scenario(spec, {1, 3, 5, 8, 2, 6}, {900, 1500, 64, 2000, 700, 1300});
         testing::RunOptions native;
-        native.limits.kv_chunk_blocks = seed % 2 ? 4 : 0;
+        native.model = gpu_testing::kNoSplitModel;
+        native.kv_chunk_blocks = seed % 2 ? 4 : 0;
         testing::RunOptions flat = native;
         flat.flatten = true;
         SCOPED_TRACE(testing::describe_run(sc, native));

@@ -26,7 +26,7 @@ void run_kernel(const DecodeParams& p, int num_tiles) {
 
 void run_tiles(const testing::ScenarioSpec& spec, const TileRun& run) {
   const DecodeParams& p = run.p;
-  const int n = int(run.lp.tiles.size());
+  const int n = int(run.plan.work.size());
   const bool qb = spec.q_dtype == DType::bf16;
   switch (spec.kv_dtype) {
     case DType::f32:
@@ -51,7 +51,7 @@ TEST(CudaDecodeEmulation, EveryInstantiationMatchesCpuBackend) {
         if (out == DType::bf16 && q != DType::bf16) continue;
         const int H = heads[seed % 4], bs = sizes[seed % 3];
         const testing::Scenario sc = small_case(q, kv, H, bs, seed);
-        PlanLimits limits;
+        Split limits;
         limits.kv_chunk_blocks = seed % 2 ? (bs == 1 ? 40 : 2) : 0;
         const int rank = seed % 2;
         ++seed;
@@ -73,7 +73,7 @@ TEST(CudaDecodeEmulation, FlattenedAndNativeGiveTheSameBits) {
     for (int chunk : {0, 1}) {
       const testing::Scenario sc = small_case(DType::bf16, kv, seed % 2 ? 3 : 16, 16, seed);
       ++seed;
-      PlanLimits limits;
+      Split limits;
       limits.kv_chunk_blocks = chunk;
       const Batch flat = flatten(sc.batch);
       for (int rank = 0; rank < 2; ++rank) {
@@ -98,10 +98,10 @@ TEST(CudaDecodeEmulation, SendRowsAreThePackOfThePlainDecode) {
       const testing::Scenario sc = small_case(DType::bf16, DType::bf16, H, 16, seed++);
       const int W = H == 16 ? 4 : 3, rank = seed % 2;
       SCOPED_TRACE(testing::describe(sc.spec) + " payload " + to_string(payload));
-      const PlanLimits no_split;  // the split merge is not part of the kernel
+      const Split no_split;  // the split merge is not part of the kernel
       const auto plain = prepare_tiles(sc, rank, sc.batch, no_split);
-      ASSERT_TRUE(plain->lp.merge_rows.empty());
-      const std::int64_t rows = plain->plan.num_rows, real = plain->lp.padding_begin;
+      ASSERT_TRUE(plain->plan.merges.empty());
+      const std::int64_t rows = plain->plan.num_rows, real = plain->plan.num_real_rows;
       std::vector<float> out(std::size_t(rows) * H * kLatentDim), lse(std::size_t(rows) * H);
       plain->p.final_rows = {out.data(), lse.data(), false, 0, 0};
       run_tiles(sc.spec, *plain);
@@ -138,7 +138,7 @@ TEST(CudaDecodeEmulation, GatheredQueryGivesThePlainBits) {
       const testing::Scenario sc = small_case(q, DType::bf16, H, 16, seed++);
       const int W = H == 16 ? 4 : 3, rank = seed % 2;
       SCOPED_TRACE(testing::describe(sc.spec));
-      PlanLimits split;
+      Split split;
       split.kv_chunk_blocks = 2;
       auto run = [&](bool gathered) {
         auto t = prepare_tiles(sc, rank, sc.batch, split);

@@ -47,6 +47,25 @@ inline HostKvCache make_cache(const testing::Scenario& sc, int rank) {
   return cache;
 }
 
+// How a test's plans split KV: the device model (tile_pairs must be the kernels' kTilePairs;
+// workers 0: no split unless kv_chunk_blocks) and a forced chunk (> 0).
+struct Split {
+  DeviceModel model{0, kTilePairs, 256};
+  int kv_chunk_blocks = 0;
+};
+
+inline PlanConfig plan_config(const testing::Scenario& sc, int rank, const Split& split) {
+  const auto& spec = sc.spec;
+  PlanConfig c;
+  c.sharding = {spec.world, rank, spec.interleave};
+  c.num_heads = spec.heads;
+  c.block_size = spec.block_size;
+  c.num_blocks = sc.num_blocks;
+  c.model = split.model;
+  c.kv_chunk_blocks = split.kv_chunk_blocks;
+  return c;
+}
+
 inline std::vector<std::uint8_t> encode_q(const testing::Scenario& sc) {
   const DType t = sc.spec.q_dtype;
   std::vector<std::uint8_t> q(sc.q.size() * dtype_size(t));
@@ -77,36 +96,29 @@ inline Result widen(const std::vector<std::uint8_t>& out, DType t, std::vector<f
   return r;
 }
 
-// One emulated launch of the decode tiles: the rank's cache, plan, launch plan, query and
-// workspace, and the kernel parameters over them, final rows unset.
+// One emulated launch of the decode tiles: the rank's cache, plan (its work items are the
+// tiles, in launch order), query and workspace, and the kernel parameters over them, final rows
+// unset.
 struct TileRun {
   HostKvCache cache;
   Plan plan;
-  LaunchPlan lp;
   std::vector<std::uint8_t> q;
   std::vector<float> ws;
   DecodeParams p{};
 };
 
 inline std::unique_ptr<TileRun> prepare_tiles(const testing::Scenario& sc, int rank,
-                                              const Batch& rb, const PlanLimits& limits) {
+                                              const Batch& rb, const Split& split) {
   const auto& spec = sc.spec;
-  auto run = std::make_unique<TileRun>(TileRun{make_cache(sc, rank),
-                                               make_plan(rb, {{spec.world, rank, spec.interleave},
-                                                              spec.heads,
-                                                              spec.block_size,
-                                                              sc.num_blocks,
-                                                              limits}),
-                                               {},
-                                               encode_q(sc),
-                                               {}});
-  run->lp = build_launch_plan(run->plan);
+  auto run = std::make_unique<TileRun>(
+      TileRun{make_cache(sc, rank), make_plan(rb, plan_config(sc, rank, split)), encode_q(sc), {}});
   run->ws.assign(decode_workspace_bytes(run->plan) / 4 + 1, 77.0f);
   const int H = spec.heads;
   const bool fp8 = spec.kv_dtype == DType::fp8_e4m3;
   const KvCacheRef ref = run->cache.ref();
   DecodeParams& p = run->p;
-  p.tiles = run->lp.tiles.data();
+  p.header = nullptr;  // every tile runs
+  p.tiles = run->plan.work.data();
   p.row_bound = run->plan.row_local_bound.data();
   p.q = run->q.data();
   p.cache = ref.data;
@@ -125,12 +137,11 @@ inline std::unique_ptr<TileRun> prepare_tiles(const testing::Scenario& sc, int r
 // Runs the kernel under test over every tile of a prepared launch.
 using TileRunner = std::function<void(const testing::ScenarioSpec&, const TileRun&)>;
 
-// The CUDA decode path with the kernel emulated: launch plan, tiles, then the split merge and
-// the padding fill done on the host the way split_merge.cu and fill_padding.cu do them.
+// The CUDA decode path with the kernel emulated: the plan's work items as tiles, then the split
+// merge and the padding fill done on the host the way split_merge.cu and fill_padding.cu do them.
 inline Result emulated_decode(const testing::Scenario& sc, int rank, const Batch& rb,
-                              const PlanLimits& limits, DType out_dtype,
-                              const TileRunner& run_tiles) {
-  const auto run = prepare_tiles(sc, rank, rb, limits);
+                              const Split& split, DType out_dtype, const TileRunner& run_tiles) {
+  const auto run = prepare_tiles(sc, rank, rb, split);
   const int H = sc.spec.heads;
   const std::int64_t rows = run->plan.num_rows;
   std::vector<std::uint8_t> out(std::size_t(rows) * H * kLatentDim * dtype_size(out_dtype), 0xee);
@@ -138,7 +149,7 @@ inline Result emulated_decode(const testing::Scenario& sc, int rank, const Batch
   DecodeParams& p = run->p;
   p.final_rows = {out.data(), lse.data(), out_dtype == DType::bf16, 0, 0};
   run_tiles(sc.spec, *run);
-  for (const MergeRow& m : run->lp.merge_rows) {
+  for (const MergeRow& m : run->plan.merges) {
     for (int h = 0; h < H; ++h) {
       const std::int64_t first = std::int64_t(m.first_partial_row) * H + h;
       const long stride = long(m.split_stride_rows) * H;
@@ -157,7 +168,7 @@ inline Result emulated_decode(const testing::Scenario& sc, int rank, const Batch
       }
     }
   }
-  for (std::int64_t i = run->lp.padding_begin * H; i < run->lp.padding_end * H; ++i) {
+  for (std::int64_t i = run->plan.num_real_rows * H; i < run->plan.num_rows * H; ++i) {
     std::memset(&out[i * kLatentDim * dtype_size(out_dtype)], 0,
                 kLatentDim * dtype_size(out_dtype));
     lse[i] = -INFINITY;
@@ -165,13 +176,11 @@ inline Result emulated_decode(const testing::Scenario& sc, int rank, const Batch
   return widen(out, out_dtype, std::move(lse));
 }
 
-inline Result cpu_decode(const testing::Scenario& sc, int rank, const PlanLimits& limits,
+inline Result cpu_decode(const testing::Scenario& sc, int rank, const Split& split,
                          DType out_dtype) {
   const auto& spec = sc.spec;
   HostKvCache cache = make_cache(sc, rank);
-  const Plan plan = make_plan(
-      sc.batch,
-      {{spec.world, rank, spec.interleave}, spec.heads, spec.block_size, sc.num_blocks, limits});
+  const Plan plan = make_plan(sc.batch, plan_config(sc, rank, split));
   const int H = spec.heads;
   const std::int64_t rows = plan.num_rows;
   auto q = encode_q(sc);

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -83,6 +84,30 @@ inline std::vector<float> decode_values(const std::vector<std::uint8_t>& b, DTyp
   return out;
 }
 
+// Device models for plans the CUDA kernels run (tile_pairs 64, the kernels' tile): the H200's
+// (what a GPU-less machine plans for) and one that never splits a request's KV.
+inline constexpr DeviceModel kH200Model{132, 64, 256};
+inline constexpr DeviceModel kNoSplitModel{0, 64, 256};
+
+// How a test's plans split KV: a device model (empty: the backend's) and a forced chunk (> 0: every
+// request's KV in chunks of this many blocks). The default never splits.
+struct Split {
+  std::optional<DeviceModel> model = kNoSplitModel;
+  int kv_chunk_blocks = 0;
+};
+inline PlanConfig plan_config(const Backend& be, const testing::Scenario& sc, int rank,
+                              const Split& split) {
+  const auto& spec = sc.spec;
+  PlanConfig c;
+  c.sharding = {spec.world, rank, spec.interleave};
+  c.num_heads = spec.heads;
+  c.block_size = spec.block_size;
+  c.num_blocks = sc.num_blocks;
+  c.model = split.model ? *split.model : be.device_model();
+  c.kv_chunk_blocks = split.kv_chunk_blocks;
+  return c;
+}
+
 struct DecodeRun {
   Plan plan;
   std::vector<float> out;          // [rows, H, 512]
@@ -104,13 +129,12 @@ struct DecodeForm {
 // One rank's Backend::decode over all H heads (no collectives). The rank cache is written on the
 // host (CPU write_kv through the slot mapping, unused pages NaN when poisoned) and its bytes are
 // uploaded as they are, so every backend reads identical cache contents.
-inline DecodeRun run_decode(Backend& be, const testing::Scenario& sc, int rank,
-                            const PlanLimits& limits, DType out_dtype, bool poison = true,
-                            const Batch* run_batch = nullptr, const DecodeForm& form = {}) {
+inline DecodeRun run_decode(Backend& be, const testing::Scenario& sc, int rank, const Split& split,
+                            DType out_dtype, bool poison = true, const Batch* run_batch = nullptr,
+                            const DecodeForm& form = {}) {
   const auto& spec = sc.spec;
   const Batch& batch = sc.batch;
   const Batch& rb = run_batch ? *run_batch : batch;
-  const Sharding sh{spec.world, rank, spec.interleave};
   HostKvCache host_cache = testing::rank_cache(sc, rank, poison);
   KvCacheRef cache = host_cache.ref();
   DeviceBuffer cache_buf(be, cache.bytes());
@@ -118,7 +142,7 @@ inline DecodeRun run_decode(Backend& be, const testing::Scenario& sc, int rank,
   cache.data = cache_buf.data();
 
   DecodeRun r;
-  r.plan = make_plan(rb, {sh, spec.heads, spec.block_size, sc.num_blocks, limits});
+  r.plan = make_plan(rb, plan_config(be, sc, rank, split));
   const std::int64_t rows = rb.rows();
   const int H = spec.heads;
   const auto q_host = encode(sc.q, spec.q_dtype);
@@ -205,16 +229,18 @@ inline Case random_case(std::mt19937_64& rng, bool large, std::uint64_t seed) {
   o.combine = rng() % 2 ? Combine::ag_rs : Combine::a2a;
   switch (rng() % 4) {
     case 0:
-      break;  // one work item per request
+      o.model = kNoSplitModel;  // no split: the requests' tiles only
+      break;
     case 1:
-      o.limits.kv_chunk_blocks = pick({1, 2, 3});
+      o.model = kNoSplitModel;
+      o.kv_chunk_blocks = pick({1, 2, 3});
       break;
     case 2:
-      o.limits.target_work_items = pick({4, 32, 256});
+      o.model = DeviceModel{pick({4, 32, 256}), 64, 256};
       break;
     default:
-      o.limits.target_work_items = 1000;
-      o.limits.min_chunk_blocks = pick({1, 2});
+      // Many workers and short chunks (1 or 2 blocks): the most splits.
+      o.model = DeviceModel{1000, 64, pick({1, 2}) * s.block_size};
       break;
   }
   // Half the a2a cases ship the bf16 payload (from the seed: the draws above stay as they were).

@@ -40,7 +40,8 @@ TEST_P(CudaNonFinite, PoisonsExactlyTheReaders) {
   const testing::Scenario sc = testing::non_finite_scenario(spec);
   testing::RunOptions options;
   options.combine = p.combine;
-  options.limits.kv_chunk_blocks = p.chunk_blocks;
+  options.model = gpu_testing::kNoSplitModel;
+  options.kv_chunk_blocks = p.chunk_blocks;
   testing::check_non_finite(sc, gpu_testing::factory(), options, /*strict_o=*/false);
 }
 

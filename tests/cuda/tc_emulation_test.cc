@@ -36,7 +36,7 @@ void run_ws(const TileRun& run) {
                                               {64u, std::uint32_t(std::min(p.block_size, 64))},
                                               2u});
   }
-  dcpmla_emu::run_grid(int(run.lp.tiles.size()), sm90::kThreads, sm90::kSmemBytes,
+  dcpmla_emu::run_grid(int(run.plan.work.size()), sm90::kThreads, sm90::kSmemBytes,
                        [&] { sm90::decode_kernel<C, Bulk>(p); });
 }
 
@@ -87,7 +87,7 @@ TEST(TensorCoreEmulation, V3MatchesCpuBackend) {
   for (const Case& c : cases) {
     const bool rising = seed % 2 == 0;
     const testing::Scenario sc = walk_case(c.kv, c.H, c.bs, seed, rising);
-    PlanLimits limits;
+    Split limits;
     limits.kv_chunk_blocks = c.chunk;
     const int rank = seed++ % 2;
     SCOPED_TRACE(testing::describe(sc.spec) + " out " + to_string(c.out) + " rank " +
@@ -107,7 +107,7 @@ TEST(TensorCoreEmulation, FlattenedAndNativeGiveTheSameBits) {
   for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
     for (int H : {16, 24}) {
       const testing::Scenario sc = walk_case(kv, H, 64, seed++, /*rising=*/H == 24);
-      PlanLimits limits;
+      Split limits;
       limits.kv_chunk_blocks = H == 16 ? 0 : 2;
       const Batch flat = flatten(sc.batch);
       const int rank = seed % 2;

@@ -61,13 +61,24 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (int r = 0; r < cfg.world; ++r) {
     const dcpmla::PlanConfig pc{dcpmla::Sharding{cfg.world, r, cfg.interleave}, cfg.heads,
                                 cfg.block_size, c.rank_num_blocks[std::size_t(r)],
-                                dcpmla::PlanLimits{.target_work_items = 8}};
+                                dcpmla::DeviceModel{.workers = 8}};
     try {
       dcpmla::make_plan(c.batch, pc);
     } catch (const dcpmla::Error& e) {
       dcpmla::fuzz::note_refusal(e);
       return 0;
     }
+  }
+  // load_case checked the ids every rank reads against that rank's cache; rank 0 reads the most.
+  try {
+    dcpmla::validate_block_ids(c.batch, {dcpmla::Sharding{cfg.world, 0, cfg.interleave},
+                                         cfg.heads,
+                                         cfg.block_size,
+                                         c.rank_num_blocks[0],
+                                         {},
+                                         0});
+  } catch (const dcpmla::Error& e) {
+    finding(std::string("validate_block_ids refused a loaded case: ") + e.what());
   }
   dcpmla::fuzz::note_accepted("case loaded and planned on every rank");
   return 0;

@@ -1,7 +1,7 @@
 // Fuzz target: the planner. The input bytes decode to a batch description, a sharding, head
-// count, block size, cache size and split limits: mostly plausible values, with adversarial ones
-// (zero, negative, int32 and int64 edges, wrong vector sizes, bad block ids) mixed in by
-// byte_reader.h. make_plan must return a plan that satisfies its invariants or throw a
+// count, block size, cache size, device model and split limits: mostly plausible values, with
+// adversarial ones (zero, negative, int32 and int64 edges, wrong vector sizes, bad block ids) mixed
+// in by byte_reader.h. make_plan must return a plan that satisfies its invariants or throw a
 // dcpmla::Error.
 #include <algorithm>
 #include <cstdio>
@@ -22,15 +22,18 @@ using dcpmla::Mask;
 using dcpmla::PlanConfig;
 using dcpmla::Sharding;
 
-// A plan holds 16 bytes per query row and 24 per work item; descriptions whose valid plan could
-// need more than a few MB are skipped (the planner does not bound them), which keeps every input
-// fast enough to fuzz. Overflow edges come from extents, not counts: a 2^31 - 1 token request in
-// blocks of 2^16 tokens is still a small plan.
+// A plan holds 4 bytes per query row, 32 per work item and 16 per merge row; descriptions whose
+// valid plan could need more than a few MB are skipped (the planner does not bound them), which
+// keeps every input fast enough to fuzz. Overflow edges come from extents, not counts: a 2^31 - 1
+// token request in blocks of 2^16 tokens is still a small plan.
 constexpr std::int64_t kMaxRows = std::int64_t(1) << 16;
 constexpr std::int64_t kMaxWorkItems = std::int64_t(1) << 16;
 // The block table is built here, so it is bounded here too (1 MiB of ids).
 constexpr std::int64_t kMaxTableEntries = std::int64_t(1) << 18;
 constexpr std::int64_t kMaxRequests = 4096;
+// Cuts of at most this many splits a request with the model (split_policy.cc: a batch chunk of
+// at most 2 x workers splits; the last-wave cut makes at most 8 parts).
+constexpr std::int64_t kMaxTailParts = 8;
 
 [[noreturn]] void finding(const std::string& what) {
   std::fprintf(stderr, "plan fuzz finding: %s\n", what.c_str());
@@ -45,10 +48,20 @@ std::int32_t wrap32(std::int64_t v) {
   return std::int32_t(std::uint32_t(std::uint64_t(v)));
 }
 
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+
 bool sharding_valid(const PlanConfig& c) {
   const auto& s = c.sharding;
   return s.world >= 1 && s.interleave >= 1 && s.rank >= 0 && s.rank < s.world &&
          c.block_size >= 1 && c.block_size % s.interleave == 0;
+}
+
+bool model_valid(const PlanConfig& c) {
+  const auto& m = c.model;
+  return c.num_heads >= 1 && m.workers >= 0 && m.tile_pairs >= 0 && m.min_split_tokens >= 1 &&
+         c.kv_chunk_blocks >= 0;
 }
 
 // An upper bound of the rows and work items a plan of this description holds, or false when it
@@ -57,37 +70,31 @@ bool sharding_valid(const PlanConfig& c) {
 bool plan_size_bounded(const Batch& b, const PlanConfig& c) {
   const std::int64_t rows = b.num_tokens >= 0 ? b.num_tokens : b.real_tokens();
   if (rows > kMaxRows) return false;
-  if (!sharding_valid(c)) return true;
-  const auto& lim = c.limits;
+  if (!sharding_valid(c) || !model_valid(c)) return true;
   const auto valid_len = [](std::int64_t T) {
     return T >= 1 && T <= std::numeric_limits<std::int32_t>::max();
   };
-  // The chunk in blocks as make_plan chooses it (from the blocks of the valid requests).
-  std::int64_t total_blocks = 0;
-  for (auto T : b.total_len) {
-    if (valid_len(T)) total_blocks += (c.sharding.local_len(T) + c.block_size - 1) / c.block_size;
-  }
-  std::int64_t chunk_blocks = 1;
-  if (lim.kv_chunk_blocks > 0) {
-    chunk_blocks = lim.kv_chunk_blocks;
-  } else if (lim.target_work_items <= 0) {
-    chunk_blocks = std::numeric_limits<std::int32_t>::max();
-  } else {
-    const std::int64_t spread =
-        (std::max<std::int64_t>(total_blocks, 1) + lim.target_work_items - 1) /
-        lim.target_work_items;
-    chunk_blocks = std::max<std::int64_t>({1, lim.min_chunk_blocks, spread});
-  }
+  // Most splits of one request: a fixed chunk, else the model's (never below min_split_tokens).
+  const std::int64_t min_chunk = ceil_div(c.model.min_split_tokens, c.block_size);
+  const std::int64_t model_splits =
+      c.model.workers == 0
+          ? 1
+          : std::max<std::int64_t>(2 * std::int64_t(c.model.workers), kMaxTailParts);
   std::int64_t items = 0;
-  for (std::size_t r = 0; r < b.total_len.size(); ++r) {
+  const std::size_t B = std::min(b.total_len.size(), b.query_start_loc.size() - 1);
+  for (std::size_t r = 0; r < B; ++r) {
     const auto T = b.total_len[r];
     if (!valid_len(T)) continue;
-    std::int64_t chunk = chunk_blocks;
-    if (r < lim.request_chunk_blocks.size() && lim.request_chunk_blocks[r] > 0) {
-      chunk = lim.request_chunk_blocks[r];
-    }
-    const std::int64_t tokens = chunk * c.block_size;
-    items += 1 + c.sharding.local_len(T) / tokens;
+    const std::int64_t blocks = ceil_div(c.sharding.local_len(T), c.block_size);
+    const std::int64_t splits = c.kv_chunk_blocks > 0
+                                    ? ceil_div(blocks, c.kv_chunk_blocks)
+                                    : std::min(model_splits, ceil_div(blocks, min_chunk));
+    // Pairs of the request (Q x H) in tiles of tile_pairs (0: one tile).
+    const std::int64_t pairs =
+        std::max<std::int64_t>(1, std::int64_t(b.query_start_loc[r + 1]) - b.query_start_loc[r]) *
+        c.num_heads;
+    const std::int64_t tiles = c.model.tile_pairs > 0 ? ceil_div(pairs, c.model.tile_pairs) : 1;
+    items += std::max<std::int64_t>(splits, 1) * tiles;
     if (items > kMaxWorkItems) return false;
   }
   return true;
@@ -174,31 +181,27 @@ Batch decode_batch(dcpmla::fuzz::ByteReader& in, PlanConfig& c) {
   const std::int64_t nb = in.length();
   c.num_blocks = (layout & 0x80) ? nb : std::max<std::int64_t>(table, 1) + nb % 4;
 
-  c.limits.kv_chunk_blocks = in.small_int(0, 8);
-  c.limits.target_work_items = in.small_int(0, 64);
-  c.limits.min_chunk_blocks = in.small_int(1, 4);
-  const std::uint8_t chunk_mode = in.u8();
-  if (chunk_mode >= 128) {
-    // One entry per request, or a wrong count.
-    const std::size_t n = b.total_len.size() + (chunk_mode >= 250 ? chunk_mode - 252 : 0);
-    if (n <= std::size_t(kMaxRequests) + 4) {
-      for (std::size_t i = 0; i < n; ++i) {
-        c.limits.request_chunk_blocks.push_back(in.small_int(0, 4));
-      }
-    }
+  c.kv_chunk_blocks = in.small_int(0, 8);
+  c.model.workers = in.small_int(0, 64);
+  c.model.tile_pairs = in.small_int(0, 128);
+  c.model.min_split_tokens = in.small_int(1, 512);
+  if (in.u8() >= 128) {  // a capacity's limits (-1: none; other negatives act as none too)
+    c.max_work_items = in.length();
+    c.max_partial_rows = in.length();
   }
   return b;
 }
 
-// The plan against the slow, obvious definitions (Sharding::local_len, SPEC's row bounds).
+// The plan against the slow, obvious definitions (Sharding::local_len, SPEC's row bounds) and
+// plan.h's promises on work items (tiles of pairs, launch order) and merge rows.
 void check_plan(const Batch& b, const PlanConfig& c, const dcpmla::Plan& p) {
   const int B = b.num_requests();
   const std::int64_t rows = b.rows();
+  const int H = c.num_heads;
+  const int bs = c.block_size;
   check(p.num_requests == B && p.num_rows == rows && p.num_real_rows == b.real_tokens(),
         "plan sizes");
-  check(std::int64_t(p.row_request.size()) == rows &&
-            std::int64_t(p.row_global_bound.size()) == rows &&
-            std::int64_t(p.row_local_bound.size()) == rows &&
+  check(std::int64_t(p.row_local_bound.size()) == rows &&
             std::int64_t(p.request_local_len.size()) == B,
         "plan vector sizes");
   for (int r = 0; r < B; ++r) {
@@ -209,43 +212,134 @@ void check_plan(const Batch& b, const PlanConfig& c, const dcpmla::Plan& p) {
     for (int j = 0; j < Q; ++j) {
       const std::size_t row = std::size_t(b.query_start_loc[std::size_t(r)]) + j;
       const auto bound = dcpmla::row_global_bound(T, Q, j, b.mask_of(r));
-      check(p.row_request[row] == r, "row_request");
-      check(p.row_global_bound[row] == bound, "row_global_bound");
       check(p.row_local_bound[row] == std::min(local, c.sharding.local_len(bound)),
             "row_local_bound of row " + std::to_string(row));
     }
   }
   for (std::int64_t row = b.real_tokens(); row < rows; ++row) {
-    check(p.row_request[std::size_t(row)] == -1, "padding row with a request");
+    check(p.row_local_bound[std::size_t(row)] == 0, "padding row with a bound");
   }
-  // Work items: every request covered once, in order, with in-range partial rows.
-  std::vector<std::int64_t> covered(std::size_t(B), 0);
-  for (const auto& w : p.work) {
-    check(w.request >= 0 && w.request < B, "work item request");
-    const auto r = std::size_t(w.request);
-    check(w.row_begin == b.query_start_loc[r] && w.num_rows == b.q_len(w.request),
-          "work item rows");
-    check(w.kv_begin == covered[r] && w.kv_begin <= w.kv_end && w.kv_end <= p.request_local_len[r],
+  // Work items: the items of one request split together, covering its Q x H pairs once in order
+  // in tiles of at most tile_pairs; splits in launch order (the split's walk, in tiles of 64 keys
+  // up to its items' furthest visible end, non-increasing); the splits of a request cover
+  // [0, local_len) in order.
+  std::vector<std::int64_t> kv_covered(std::size_t(B), 0);
+  std::vector<std::int64_t> splits(std::size_t(B), 0);
+  std::vector<std::int32_t> first_partial(std::size_t(B), -1);
+  std::int64_t last_walk = std::numeric_limits<std::int64_t>::max();
+  for (std::size_t i = 0; i < p.work.size();) {
+    const dcpmla::WorkItem& head = p.work[i];
+    check(head.request >= 0 && head.request < B, "work item request");
+    const auto r = std::size_t(head.request);
+    const std::int64_t pairs = std::int64_t(b.q_len(head.request)) * H;
+    check(head.kv_begin == kv_covered[r] && head.kv_begin % bs == 0 &&
+              head.kv_begin <= head.kv_end && head.kv_end <= p.request_local_len[r],
           "work item KV range");
-    covered[r] = w.kv_end;
-    check(w.partial_row == -1 || (w.partial_row >= 0 &&
-                                  std::int64_t(w.partial_row) + w.num_rows <= p.num_partial_rows),
-          "work item partial_row " + std::to_string(w.partial_row) + " outside [0, " +
+    check(splits[r] == 0 || head.kv_begin > 0, "a request split twice at 0");
+    if (splits[r] == 0) first_partial[r] = head.partial_row;
+    check(head.partial_row == -1 ||
+              (head.partial_row >= 0 &&
+               head.partial_row == first_partial[r] + splits[r] * b.q_len(head.request)),
+          "split partial rows not consecutive");
+    check(head.partial_row == -1 ||
+              std::int64_t(head.partial_row) + b.q_len(head.request) <= p.num_partial_rows,
+          "work item partial_row " + std::to_string(head.partial_row) + " outside [0, " +
               std::to_string(p.num_partial_rows) + ")");
+    std::int64_t next_pair = 0;
+    std::int32_t split_visible = head.kv_begin;
+    for (; i < p.work.size() && p.work[i].request == head.request &&
+           p.work[i].kv_begin == head.kv_begin && next_pair < pairs;
+         ++i) {
+      const dcpmla::WorkItem& w = p.work[i];
+      check(w.row_begin == b.query_start_loc[r], "work item rows");
+      check(w.kv_end == head.kv_end && w.partial_row == head.partial_row,
+            "items of one split differ");
+      check(w.pair_begin == next_pair && w.num_pairs >= 1 && next_pair + w.num_pairs <= pairs,
+            "work item pairs");
+      check(c.model.tile_pairs > 0 ? w.num_pairs <= c.model.tile_pairs : w.num_pairs == pairs,
+            "work item wider than tile_pairs");
+      std::int32_t visible = w.kv_begin;
+      for (std::int64_t j = w.pair_begin / H; j <= (w.pair_begin + w.num_pairs - 1) / H; ++j) {
+        visible =
+            std::max(visible, std::min(p.row_local_bound[std::size_t(w.row_begin + j)], w.kv_end));
+      }
+      check(w.kv_visible_end == visible, "kv_visible_end");
+      split_visible = std::max(split_visible, w.kv_visible_end);
+      next_pair += w.num_pairs;
+    }
+    check(next_pair == pairs, "a split's items miss pairs");
+    const std::int64_t walk = ceil_div(std::int64_t(split_visible) - head.kv_begin, 64);
+    check(walk <= last_walk, "request splits out of launch order");
+    last_walk = walk;
+    kv_covered[r] = head.kv_end;
+    ++splits[r];
   }
+  std::int64_t merge_rows = 0;
   for (int r = 0; r < B; ++r) {
-    check(covered[std::size_t(r)] == p.request_local_len[std::size_t(r)], "uncovered KV");
+    check(kv_covered[std::size_t(r)] == p.request_local_len[std::size_t(r)], "uncovered KV");
+    check(splits[std::size_t(r)] >= 1, "request without a work item");
+    check((splits[std::size_t(r)] > 1) == (first_partial[std::size_t(r)] >= 0),
+          "split request without partial rows, or one item writing partials");
+    if (splits[std::size_t(r)] > 1) merge_rows += b.q_len(r);
   }
+  check(std::int64_t(p.merges.size()) == merge_rows, "merge rows");
+  std::int32_t max_splits = 1;
   for (const auto& m : p.merges) {
-    check(m.first_partial_row >= 0 && m.num_splits >= 2 &&
-              std::int64_t(m.first_partial_row) + std::int64_t(m.num_splits) * m.num_rows <=
+    check(m.out_row >= 0 && m.out_row < b.real_tokens(), "merge out_row");
+    const auto r = std::size_t(
+        std::upper_bound(b.query_start_loc.begin(), b.query_start_loc.end(), m.out_row) -
+        b.query_start_loc.begin() - 1);
+    const int j = m.out_row - b.query_start_loc[r];
+    check(m.num_splits == splits[r] && m.num_splits >= 2 && m.split_stride_rows == b.q_len(int(r)),
+          "merge splits");
+    check(m.first_partial_row == first_partial[r] + j &&
+              std::int64_t(m.first_partial_row) +
+                      std::int64_t(m.num_splits - 1) * m.split_stride_rows <
                   p.num_partial_rows,
           "merge partial rows");
+    max_splits = std::max(max_splits, m.num_splits);
+  }
+  check(p.max_splits == max_splits, "max_splits");
+  // A split the model chose respects the config's limits.
+  if (c.kv_chunk_blocks == 0 && !p.merges.empty()) {
+    check(c.max_work_items < 0 || std::int64_t(p.work.size()) <= c.max_work_items,
+          "a model split over max_work_items");
+    check(c.max_partial_rows < 0 || p.num_partial_rows <= c.max_partial_rows,
+          "a model split over max_partial_rows");
   }
   // The workspace size must be exact: a wrapped product would under-allocate.
   const unsigned __int128 want = (unsigned __int128)(p.num_partial_rows) *
                                  std::uint64_t(c.num_heads) * (dcpmla::kLatentDim + 1) * 4;
   check(want == dcpmla::decode_workspace_bytes(p), "decode_workspace_bytes wrapped");
+}
+
+// validate_block_ids (make_plan reads no block id) of a batch make_plan accepted, against the
+// obvious definition: it refuses exactly the tables where rank 0 (the fullest) lacks a column or
+// reads an id outside [0, num_blocks).
+void check_block_ids(const Batch& b, const PlanConfig& c) {
+  const Sharding rank0{c.sharding.world, 0, c.sharding.interleave};
+  bool bad = false;
+  for (int r = 0; r < b.num_requests() && !bad; ++r) {
+    const std::int64_t needed =
+        ceil_div(rank0.local_len(b.total_len[std::size_t(r)]), c.block_size);
+    if (needed > b.max_blocks) {
+      bad = true;
+      break;
+    }
+    const auto row = b.block_row(r);
+    for (std::int64_t i = 0; i < needed; ++i) {
+      if (row[std::size_t(i)] < 0 || row[std::size_t(i)] >= c.num_blocks) bad = true;
+    }
+  }
+  bool refused = false;
+  try {
+    dcpmla::validate_block_ids(b, c);
+  } catch (const dcpmla::Error& e) {
+    dcpmla::fuzz::note_refusal(e);
+    refused = true;
+  }
+  check(refused == bad, refused ? "validate_block_ids refused a good table"
+                                : "validate_block_ids accepted a bad block id");
 }
 
 }  // namespace
@@ -266,6 +360,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   check_plan(batch, config, plan);
+  check_block_ids(batch, config);
   if (dcpmla::fuzz::verbose()) {
     std::fprintf(stderr, "plan: %d requests, %lld rows, %zu work items, %lld partial rows\n",
                  plan.num_requests, static_cast<long long>(plan.num_rows), plan.work.size(),

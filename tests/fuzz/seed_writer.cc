@@ -247,7 +247,8 @@ struct PlanSeed {
     b.push_back(std::uint8_t(v));
     return *this;
   }
-  PlanSeed& length(std::int64_t v) {  // selector 160 = a full 32-bit value follows
+  PlanSeed& length(std::int64_t v) {   // selector 160 = a full 32-bit value follows
+    if (v == -1) return sel(240 + 1);  // the edge value -1
     if (v < 160) return sel(int(v));
     sel(160);
     for (int i = 0; i < 4; ++i) b.push_back(std::uint8_t(std::uint64_t(v) >> (8 * i)));
@@ -261,10 +262,19 @@ struct Request {
   bool full = false;
 };
 
-// world, rank, interleave, block_size / interleave, heads; requests; padding rows; limits.
+// The device model and split settings of a plan description.
+struct PlanSplit {
+  int kv_chunk = 0;
+  int workers = 0;
+  int tile_pairs = 0;
+  int min_split_tokens = 64;         // 1..240 (one selector byte)
+  std::int64_t max_work_items = -1;  // -1 and -1: no limits written
+  std::int64_t max_partial_rows = -1;
+};
+
+// world, rank, interleave, block_size / interleave, heads; requests; padding rows; split.
 Bytes plan_seed(int W, int rank, int I, int k, int H, const std::vector<Request>& requests,
-                int padding, int kv_chunk, int target, int min_chunk,
-                const std::vector<int>& request_chunks = {}, int layout = 0, int slack = 0) {
+                int padding, const PlanSplit& split, int layout = 0, int slack = 0) {
   PlanSeed s;
   s.sel(W - 1).sel(rank).sel(I - 1).sel(k - 1).sel(H - 1).sel(int(requests.size())).sel(layout);
   if (layout & 0x01) s.sel(1);  // query_start_loc[0] = 1
@@ -279,21 +289,21 @@ Bytes plan_seed(int W, int rank, int I, int k, int H, const std::vector<Request>
     s.sel(0).sel(0).sel(0).sel(0).sel(240 + 7);  // entry 0 becomes int64 max, wrapped to -1
   }
   s.sel(0);  // num_blocks: exactly the table
-  s.sel(kv_chunk).sel(target).sel(min_chunk - 1);
-  if (request_chunks.empty()) {
+  s.sel(split.kv_chunk).sel(split.workers).sel(split.tile_pairs).sel(split.min_split_tokens - 1);
+  if (split.max_work_items == -1 && split.max_partial_rows == -1) {
     s.sel(0);
   } else {
-    s.sel(128);
-    for (int c : request_chunks) s.sel(c);
+    s.sel(128).length(split.max_work_items).length(split.max_partial_rows);
   }
   return s.b;
 }
 
 void write_plan_seeds(const fs::path& dir) {
-  save(dir / "single-token", plan_seed(1, 0, 1, 1, 1, {{1, 0}}, -1, 0, 0, 1));
+  save(dir / "single-token", plan_seed(1, 0, 1, 1, 1, {{1, 0}}, -1, {}));
   save(dir / "ragged-padded",
-       plan_seed(2, 1, 1, 4, 16, {{1, 10}, {2, 100, true}, {4, 1000}}, 3, 2, 0, 1));
-  save(dir / "interleaved", plan_seed(4, 3, 2, 4, 8, {{3, 37}, {1, 5}}, -1, 0, 16, 2));
+       plan_seed(2, 1, 1, 4, 16, {{1, 10}, {2, 100, true}, {4, 1000}}, 3, {.kv_chunk = 2}));
+  save(dir / "interleaved",
+       plan_seed(4, 3, 2, 4, 8, {{3, 37}, {1, 5}}, -1, {.workers = 16, .min_split_tokens = 8}));
   save(dir / "wide", plan_seed(8, 5, 4, 16, 128,
                                {{1, 100000},
                                 {8, 3},
@@ -307,15 +317,40 @@ void write_plan_seeds(const fs::path& dir) {
                                 {3, 129},
                                 {1, 511},
                                 {4, 12345}},
-                               0, 0, 64, 1));
-  save(dir / "world3", plan_seed(3, 2, 1, 3, 6, {{2, 7}, {1, 8}, {1, 9}, {6, 300}}, 2, 1, 0, 1));
+                               0, {.workers = 64, .tile_pairs = 64, .min_split_tokens = 128}));
+  save(dir / "world3", plan_seed(3, 2, 1, 3, 6, {{2, 7}, {1, 8}, {1, 9}, {6, 300}}, 2,
+                                 {.kv_chunk = 1, .tile_pairs = 5}));
   save(dir / "world6-full",
        plan_seed(6, 4, 2, 3, 12, {{2, 50, true}, {2, 51, true}, {1, 0, true}, {3, 2}, {1, 600}}, -1,
-                 0, 7, 3));
-  save(dir / "empty-batch", plan_seed(2, 0, 1, 1, 4, {}, 5, 0, 0, 1));
-  save(dir / "request-chunks",
-       plan_seed(2, 0, 1, 2, 4, {{1, 40}, {2, 90}, {1, 3}}, -1, 3, 0, 1, {0, 1, 4}));
-  save(dir / "uniform", plan_seed(4, 1, 1, 16, 32, {{4, 200}, {4, 300}, {4, 10}}, -1, 0, 32, 1));
+                 {.workers = 7, .tile_pairs = 16, .min_split_tokens = 18}));
+  save(dir / "empty-batch", plan_seed(2, 0, 1, 1, 4, {}, 5, {.workers = 8}));
+  // Limits that refuse the model's split, and limits that allow it.
+  save(dir / "capacity-limits", plan_seed(1, 0, 1, 4, 4, {{1, 4000}, {2, 90}, {1, 3}}, -1,
+                                          {.workers = 32,
+                                           .tile_pairs = 8,
+                                           .min_split_tokens = 16,
+                                           .max_work_items = 6,
+                                           .max_partial_rows = 40}));
+  save(dir / "capacity-roomy", plan_seed(1, 0, 1, 4, 4, {{1, 4000}, {2, 90}, {1, 3}}, -1,
+                                         {.workers = 32,
+                                          .tile_pairs = 8,
+                                          .min_split_tokens = 16,
+                                          .max_work_items = 1000,
+                                          .max_partial_rows = 1000}));
+  // The last-wave cut: 3 waves of 4 workers, the longest requests in the last one.
+  save(dir / "last-wave", plan_seed(1, 0, 1, 16, 1,
+                                    {{1, 200},
+                                     {1, 200},
+                                     {1, 200},
+                                     {1, 200},
+                                     {1, 200},
+                                     {1, 200},
+                                     {1, 200},
+                                     {1, 200},
+                                     {1, 2000}},
+                                    -1, {.workers = 4, .min_split_tokens = 16}));
+  save(dir / "uniform", plan_seed(4, 1, 1, 16, 32, {{4, 200}, {4, 300}, {4, 10}}, -1,
+                                  {.workers = 32, .tile_pairs = 64, .min_split_tokens = 32}));
   // A long request (T = 2^31 - 1) in blocks of 2^16 tokens.
   {
     PlanSeed s;
@@ -325,11 +360,11 @@ void write_plan_seeds(const fs::path& dir) {
     save(dir / "longest-request", s.b);
   }
   // Refused descriptions.
-  save(dir / "bad-block-id", plan_seed(2, 0, 1, 4, 4, {{1, 30}, {2, 6}}, -1, 0, 0, 1, {}, 0x20));
-  save(dir / "wrong-mask-count", plan_seed(2, 0, 1, 4, 4, {{1, 30}}, -1, 0, 0, 1, {}, 0x10));
-  save(dir / "nonzero-first-start",
-       plan_seed(1, 0, 1, 1, 4, {{1, 3}, {1, 3}}, -1, 0, 0, 1, {}, 0x01));
-  save(dir / "too-few-columns", plan_seed(1, 0, 1, 1, 1, {{1, 3}}, -1, 0, 0, 1, {}, 0x04));
+  save(dir / "bad-block-id", plan_seed(2, 0, 1, 4, 4, {{1, 30}, {2, 6}}, -1, {}, 0x20));
+  save(dir / "wrong-mask-count", plan_seed(2, 0, 1, 4, 4, {{1, 30}}, -1, {}, 0x10));
+  save(dir / "nonzero-first-start", plan_seed(1, 0, 1, 1, 4, {{1, 3}, {1, 3}}, -1, {}, 0x01));
+  save(dir / "too-few-columns", plan_seed(1, 0, 1, 1, 1, {{1, 3}}, -1, {}, 0x04));
+  save(dir / "negative-workers", plan_seed(1, 0, 1, 1, 1, {{1, 3}}, -1, {.workers = 240 + 1}));
 }
 
 }  // namespace

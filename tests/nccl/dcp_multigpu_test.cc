@@ -108,7 +108,8 @@ TEST_P(DcpMultiGpu, RandomRaggedBatchesMatchSimulationAndReference) {
     testing::RunOptions o;
     o.combine = (i / 2) % 2 ? Combine::a2a : Combine::ag_rs;
     if (o.combine == Combine::a2a && i % 4 == 3) o.combine_payload = DType::bf16;  // over NCCL too
-    o.limits.target_work_items = pick({0, 32, 264});
+    if (const int workers = pick({0, 32, 264}); workers > 0)
+      o.model = DeviceModel{workers, 64, 256};
     expect_multigpu_matches(ranks(), testing::make_scenario(s), o);
     if (HasFailure()) return;
   }
@@ -138,7 +139,7 @@ TEST_P(DcpMultiGpu, EmptyRanksAndPaddingRows) {
         spec.seed = seed++;
         testing::RunOptions o;
         o.combine = combine;
-        o.limits.kv_chunk_blocks = seed % 2;
+        o.kv_chunk_blocks = seed % 2;
         expect_multigpu_matches(ranks(), custom_scenario(spec, sh.q, sh.t, {}, /*padding=*/3), o);
         if (HasFailure()) return;
       }
@@ -179,7 +180,7 @@ TEST_P(DcpMultiGpu, FlattenedMatchesNativeAndTheNegativeControlFails) {
   for (Combine combine : {Combine::ag_rs, Combine::a2a}) {
     testing::RunOptions o;
     o.combine = combine;
-    o.limits.kv_chunk_blocks = 4;
+    o.kv_chunk_blocks = 4;
     testing::RunOptions flat = o;
     flat.flatten = true;
     const auto native = run(sc, o);
@@ -243,7 +244,7 @@ TEST_P(DcpMultiGpu, WholeStepCapturedInACudaGraphAndReplayed) {
       testing::RunOptions o;
       o.combine = combine;
       o.combine_payload = payload;
-      o.limits.target_work_items = 64;  // split requests: the split merge is captured too
+      o.model = DeviceModel{64, 64, 256};  // split requests: the split merge is captured too
       o.run_step = capture_and_replay;
       expect_multigpu_matches(ranks(), testing::make_scenario(spec), o);
       if (HasFailure()) return;

@@ -54,7 +54,7 @@ TEST(Invariance, FlattenedEqualsNativeBitForBit) {
     const auto sc = testing::make_scenario(spec);
     testing::RunOptions native;
     native.combine = rng() % 2 ? Combine::a2a : Combine::ag_rs;
-    native.limits.kv_chunk_blocks = 1 + int(rng() % 4);
+    native.kv_chunk_blocks = 1 + int(rng() % 4);
     testing::RunOptions flat = native;
     flat.flatten = true;
     const auto a = testing::run_dcp(sc, cpu1(), native);
@@ -71,7 +71,8 @@ TEST(Invariance, FlattenedEqualsNativeWithoutSplits) {
   for (int iter = 0; iter < 20; ++iter) {
     const auto spec = random_small_spec(rng, 6000 + iter);
     const auto sc = testing::make_scenario(spec);
-    testing::RunOptions native;  // no split at all
+    testing::RunOptions native;
+    native.model = DeviceModel{};  // workers = 0: no split at all
     testing::RunOptions flat = native;
     flat.flatten = true;
     ASSERT_TRUE(
@@ -90,7 +91,7 @@ TEST(Invariance, PoisonedUnusedPagesNeverChangeResults) {
     const auto sc = testing::make_scenario(spec);
     testing::RunOptions o;
     o.combine = rng() % 2 ? Combine::a2a : Combine::ag_rs;
-    o.limits.kv_chunk_blocks = int(rng() % 3);
+    o.kv_chunk_blocks = int(rng() % 3);
     o.flatten = rng() % 4 == 0;
     o.poison = true;
     testing::RunOptions clean = o;
@@ -111,7 +112,7 @@ TEST(Invariance, PermutedBlockTablesNeverChangeResults) {
     const auto sc = testing::make_scenario(spec);
     testing::RunOptions o;
     o.combine = rng() % 2 ? Combine::a2a : Combine::ag_rs;
-    o.limits.kv_chunk_blocks = int(rng() % 3);
+    o.kv_chunk_blocks = int(rng() % 3);
     const auto base = testing::run_dcp(sc, cpu1(), o);
     for (std::uint64_t p = 1; p <= 2; ++p) {
       const auto permuted = testing::permute_block_ids(sc, spec.seed * 31 + p);
@@ -201,7 +202,7 @@ TEST(EmptyRows, ShortRequestsAndEmptyRanksMergeCorrectly) {
             const auto sc = testing::custom_scenario(spec, c.q, c.T, {}, pad);
             testing::RunOptions o;
             o.combine = combine;
-            o.limits.kv_chunk_blocks = chunk;
+            o.kv_chunk_blocks = chunk;
             const auto got = testing::run_dcp(sc, cpu1(), o);
             const auto cmp = testing::compare(sc, got, testing::run_reference(sc),
                                               testing::tolerance_for(sc.spec));

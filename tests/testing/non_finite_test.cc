@@ -34,7 +34,8 @@ TEST_P(NonFinite, PoisonsExactlyTheReaders) {
   const testing::Scenario sc = testing::non_finite_scenario(spec);
   testing::RunOptions options;
   options.combine = p.combine;
-  options.limits.kv_chunk_blocks = p.chunk_blocks;
+  options.kv_chunk_blocks = p.chunk_blocks;
+  if (p.chunk_blocks == 0) options.model = DeviceModel{};  // never split
   testing::check_non_finite(sc, testing::cpu1(), options, /*strict_o=*/true);
 }
 

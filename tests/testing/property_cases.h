@@ -93,10 +93,13 @@ inline PropertyCase draw_case(std::uint64_t seed, bool full_size) {
 
   auto& o = c.options;
   o.combine = pick(rng, 2) ? Combine::a2a : Combine::ag_rs;
-  // random split policies so that split-KV merges run often
-  if (pick(rng, 2)) o.limits.kv_chunk_blocks = 1 + pick(rng, 4);
-  if (pick(rng, 2)) o.limits.target_work_items = 1 + pick(rng, 16);
-  o.limits.min_chunk_blocks = 1 + pick(rng, 2);
+  // random split policies so that split-KV merges run often: a fixed chunk, and a device model
+  // with few workers and short splits (contexts here are <= 300 tokens) whose cost model splits
+  // (else the backend's own model). Tiles of 64 pairs: the CUDA backend runs no other size.
+  if (pick(rng, 2)) o.kv_chunk_blocks = 1 + pick(rng, 4);
+  if (pick(rng, 2)) o.model = DeviceModel{1 + pick(rng, 16), 64, 16 * (1 + pick(rng, 4))};
+  // A quarter of the causal cases plan on the backend (Schedule::plan_on_device).
+  o.device_plan = pick(rng, 4) == 0 && s.full_mask_fraction == 0.0;
   o.flatten = pick(rng, 10) == 0;
   // Half the a2a cases ship the bf16 payload (decided by the seed, not drawn, so the other knobs
   // of a case do not depend on it).

@@ -44,7 +44,8 @@ bool run_case(std::uint64_t index, bool full_size) {
                                 c.spec.heads,
                                 c.spec.block_size,
                                 sc.num_blocks,
-                                c.options.limits});
+                                c.options.model.value_or(make_cpu_backend(1)->device_model()),
+                                c.options.kv_chunk_blocks});
   return !p0.merges.empty();
 }
 
@@ -77,7 +78,8 @@ TEST(PropertyCoverage, EveryKnobIsDrawn) {
   std::map<int, int> worlds, heads, block_sizes, interleaves;
   std::map<std::pair<int, int>, int> world_heads;
   std::set<DType> kv, q;
-  int full_masks = 0, mixed_masks = 0, padded = 0, a2a = 0, flat = 0, chunked = 0, targeted = 0;
+  int full_masks = 0, mixed_masks = 0, padded = 0, a2a = 0, flat = 0, chunked = 0, modelled = 0;
+  int device_planned = 0;
   int big_q = 0;
   for (int i = 0; i < kSmallShards * kCasesPerShard; ++i) {
     const auto c = draw_case(kBaseSeed + i, false);
@@ -98,8 +100,9 @@ TEST(PropertyCoverage, EveryKnobIsDrawn) {
     padded += s.padding_rows > 0;
     a2a += c.options.combine == Combine::a2a;
     flat += c.options.flatten;
-    chunked += c.options.limits.kv_chunk_blocks > 0;
-    targeted += c.options.limits.target_work_items > 0;
+    chunked += c.options.kv_chunk_blocks > 0;
+    modelled += c.options.model.has_value();
+    device_planned += c.options.device_plan;
     big_q += s.max_drafts == 7;
   }
   for (int w : {1, 2, 3, 4, 8}) EXPECT_GE(worlds[w], 10) << "W = " << w;
@@ -116,7 +119,8 @@ TEST(PropertyCoverage, EveryKnobIsDrawn) {
   EXPECT_GE(a2a, 500);
   EXPECT_GE(flat, 50);
   EXPECT_GE(chunked, 500);
-  EXPECT_GE(targeted, 500);
+  EXPECT_GE(modelled, 500);
+  EXPECT_GE(device_planned, 200);
   EXPECT_GE(big_q, 100);
   for (int i = 0; i < kFullSizeCases; ++i) {
     const auto c = draw_case(kBaseSeed + 1000000 + i, true);

@@ -56,7 +56,7 @@ TEST(SpecVectors, LocalLen) {
 TEST(SpecVectors, VisibleCountsViaThePlan) {
   const Batch b = make_batch({3}, {10});
   const Plan r0 = plan_for(b, 2, 0), r1 = plan_for(b, 2, 1);
-  EXPECT_EQ(r0.row_global_bound, (std::vector<std::int64_t>{8, 9, 10}));
+  EXPECT_EQ(row_global_bounds(b), (std::vector<std::int64_t>{8, 9, 10}));
   EXPECT_EQ(r0.row_local_bound, (std::vector<std::int32_t>{4, 5, 5}));
   EXPECT_EQ(r1.row_local_bound, (std::vector<std::int32_t>{4, 4, 5}));
   // the wrong "local minus offset" rule gives [3, 4, 5] on both ranks, which differs
@@ -71,7 +71,7 @@ TEST(SpecVectors, VisibleCountsViaThePlan) {
 TEST(SpecVectors, Row0OfRank1SeesSixtyTwoKeys) {
   const Batch b = make_batch({4}, {128});
   const Plan p = plan_for(b, 2, 1);
-  EXPECT_EQ(p.row_global_bound[0], 125);
+  EXPECT_EQ(row_global_bounds(b)[0], 125);
   EXPECT_EQ(p.row_local_bound[0], 62);
   EXPECT_NE(p.request_local_len[0] - 3, 62);  // local minus offset would say 61
 }
@@ -87,13 +87,17 @@ TEST(SpecVectors, Slot) {
 TEST(SpecVectors, Ragged3Plus1) {
   const Batch b = make_batch({3, 1}, {31, 35});
   const Plan p = plan_for(b, 2, 0);
-  EXPECT_EQ(p.row_request, (std::vector<std::int32_t>{0, 0, 0, 1}));
-  EXPECT_EQ(p.row_global_bound, (std::vector<std::int64_t>{29, 30, 31, 35}));
-  EXPECT_FALSE(p.uniform);
+  EXPECT_EQ(row_requests(b), (std::vector<std::int32_t>{0, 0, 0, 1}));
+  EXPECT_EQ(row_global_bounds(b), (std::vector<std::int64_t>{29, 30, 31, 35}));
+  EXPECT_FALSE(is_uniform(b));
+  // rank 0 of W = 2 owns the even positions: local bounds ceil(bound / 2)
+  EXPECT_EQ(p.row_local_bound, (std::vector<std::int32_t>{15, 15, 16, 18}));
   const Batch full = make_batch({3, 1}, {31, 35}, {Mask::full, Mask::full});
-  EXPECT_EQ(plan_for(full, 2, 0).row_global_bound, (std::vector<std::int64_t>{31, 31, 31, 35}));
+  EXPECT_EQ(row_global_bounds(full), (std::vector<std::int64_t>{31, 31, 31, 35}));
+  EXPECT_EQ(plan_for(full, 2, 0).row_local_bound, (std::vector<std::int32_t>{16, 16, 16, 18}));
   const Batch full0 = make_batch({3, 1}, {31, 35}, {Mask::full, Mask::causal});
-  EXPECT_EQ(plan_for(full0, 2, 1).row_global_bound, (std::vector<std::int64_t>{31, 31, 31, 35}));
+  EXPECT_EQ(row_global_bounds(full0), (std::vector<std::int64_t>{31, 31, 31, 35}));
+  EXPECT_EQ(plan_for(full0, 2, 1).row_local_bound, (std::vector<std::int32_t>{15, 15, 15, 17}));
   // flattened rows carry the same bounds
   EXPECT_EQ(flatten(b).total_len, (std::vector<std::int64_t>{29, 30, 31, 35}));
   EXPECT_EQ(flatten(full).total_len, (std::vector<std::int64_t>{31, 31, 31, 35}));
@@ -105,11 +109,19 @@ TEST(SpecVectors, WarmUpBatch8Plus1) {
     const Plan p = plan_for(b, 2, rank);
     auto want = iota_vec(93, 100);
     want.push_back(40);
-    EXPECT_EQ(p.row_global_bound, want);
+    EXPECT_EQ(row_global_bounds(b), want);
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(p.row_local_bound[i], (Sharding{2, rank, 1}.local_len(want[i]))) << "row " << i;
+    }
     EXPECT_EQ(p.num_rows, 9);
-    EXPECT_EQ(p.row_request.size(), 9u);
-    EXPECT_FALSE(p.uniform);
-    EXPECT_EQ(p.max_q, 8);
+    EXPECT_EQ(row_requests(b).size(), 9u);
+    EXPECT_FALSE(is_uniform(b));
+    // one work item per request (no split, tile_pairs = 0): all Q x H pairs of its rows
+    ASSERT_EQ(p.work.size(), 2u);
+    for (const WorkItem& w : p.work) {
+      EXPECT_EQ(w.row_begin, w.request == 0 ? 0 : 8);
+      EXPECT_EQ(w.num_pairs, (w.request == 0 ? 8 : 1) * 4);
+    }
   }
   // the crash of SPEC section 7: a per-request array where per-token rows are expected
   const Plan p = plan_for(b, 2, 0);
@@ -145,18 +157,25 @@ TEST(SpecVectors, Ragged8Plus2IsNotFivePlusFive) {
   wrong.insert(wrong.end(), tail.begin(), tail.end());
   // the 5 + 5 view really produces the wrong bounds ...
   const Batch five = make_batch({5, 5}, {100, 40});
-  EXPECT_EQ(plan_for(five, 2, 0).row_global_bound, wrong);
-  EXPECT_TRUE(plan_for(five, 2, 0).uniform);
-  // ... and the explicit batch never does, on any rank, split or not, flattened or not
+  EXPECT_EQ(row_global_bounds(five), wrong);
+  EXPECT_TRUE(is_uniform(five));
+  // ... and the explicit batch never does, flattened or not, nor does any rank's plan
+  EXPECT_EQ(row_global_bounds(b), want);
+  EXPECT_NE(row_global_bounds(b), wrong);
+  EXPECT_FALSE(is_uniform(b)) << "10 tokens = 2 x 5, but the batch is 8 + 2";
+  EXPECT_EQ(row_requests(b), (std::vector<std::int32_t>{0, 0, 0, 0, 0, 0, 0, 0, 1, 1}));
+  EXPECT_EQ(row_global_bounds(flatten(b)), want);
   for (int W : {1, 2, 4}) {
     for (int rank = 0; rank < W; ++rank) {
+      const Sharding sh{W, rank, 1};
       const Plan p = plan_for(b, W, rank);
-      EXPECT_EQ(p.row_global_bound, want);
-      EXPECT_NE(p.row_global_bound, wrong);
-      EXPECT_FALSE(p.uniform) << "10 tokens = 2 x 5, but the batch is 8 + 2";
-      EXPECT_EQ(p.row_request, (std::vector<std::int32_t>{0, 0, 0, 0, 0, 0, 0, 0, 1, 1}));
+      std::vector<std::int32_t> local_want, local_wrong;
+      for (auto g : want) local_want.push_back(std::int32_t(sh.local_len(g)));
+      for (auto g : wrong) local_wrong.push_back(std::int32_t(sh.local_len(g)));
+      EXPECT_EQ(p.row_local_bound, local_want) << "W " << W << " rank " << rank;
+      EXPECT_NE(p.row_local_bound, local_wrong) << "W " << W << " rank " << rank;
       const Plan f = plan_for(flatten(b), W, rank);
-      EXPECT_EQ(f.row_global_bound, want);
+      EXPECT_EQ(f.row_local_bound, local_want) << "W " << W << " rank " << rank;
     }
   }
 }
@@ -230,7 +249,7 @@ TEST_P(SpecBatches, MatchReferenceForEveryDtypeCombineAndSplit) {
           const auto sc = custom_scenario(spec, e.q, e.T, e.mask);
           testing::RunOptions o;
           o.combine = combine;
-          o.limits.kv_chunk_blocks = chunk;
+          o.kv_chunk_blocks = chunk;
           o.flatten = flat;
           const auto got = testing::run_dcp(sc, testing::cpu1(), o);
           const auto want = testing::run_reference(sc);

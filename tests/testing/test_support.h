@@ -115,11 +115,15 @@ inline std::string describe(const testing::ScenarioSpec& s) {
 }
 
 inline std::string describe(const testing::RunOptions& o) {
+  const std::string model =
+      o.model ? fmt::format("{{workers={}, tile_pairs={}, min_split_tokens={}}}", o.model->workers,
+                            o.model->tile_pairs, o.model->min_split_tokens)
+              : std::string("the backend's");
   return fmt::format(
-      "RunOptions{{combine={}, combine_payload={}, limits={{kv_chunk_blocks={}, "
-      "target_work_items={}, min_chunk_blocks={}}}, poison={}, flatten={}, see_future={}}}",
-      to_string(o.combine), to_string(o.combine_payload), o.limits.kv_chunk_blocks,
-      o.limits.target_work_items, o.limits.min_chunk_blocks, o.poison, o.flatten, o.see_future);
+      "RunOptions{{combine={}, combine_payload={}, model={}, kv_chunk_blocks={}, device_plan={}, "
+      "poison={}, flatten={}, see_future={}}}",
+      to_string(o.combine), to_string(o.combine_payload), model, o.kv_chunk_blocks, o.device_plan,
+      o.poison, o.flatten, o.see_future);
 }
 
 inline std::string describe_batch(const Batch& b) {
@@ -176,13 +180,20 @@ inline HostKvCache rank_cache(const testing::Scenario& sc, int rank, bool poison
   return cache;
 }
 
+// How decode_rank plans: the device model (the default, workers = 0, never splits) and a fixed
+// chunk (> 0: every request's local KV in chunks of this many blocks).
+struct PlanChoice {
+  DeviceModel model = {};
+  int kv_chunk_blocks = 0;
+};
+
 struct RankDecode {
   Plan plan;
   std::vector<float> out;  // [rows, H, 512]
   std::vector<float> lse;  // [rows, H]
 };
 
-inline RankDecode decode_rank(const testing::Scenario& sc, int rank, const PlanLimits& limits = {},
+inline RankDecode decode_rank(const testing::Scenario& sc, int rank, const PlanChoice& choice = {},
                               bool poison = true, const Batch* run_batch = nullptr) {
   const auto& spec = sc.spec;
   const Batch& batch = sc.batch;
@@ -192,7 +203,8 @@ inline RankDecode decode_rank(const testing::Scenario& sc, int rank, const PlanL
   auto backend = make_cpu_backend(1);
 
   RankDecode r;
-  r.plan = make_plan(rb, {sh, spec.heads, spec.block_size, sc.num_blocks, limits});
+  r.plan = make_plan(
+      rb, {sh, spec.heads, spec.block_size, sc.num_blocks, choice.model, choice.kv_chunk_blocks});
   const std::int64_t rows = rb.rows();
   const int H = spec.heads;
   r.out.assign(std::size_t(rows) * H * kLatentDim, NAN);

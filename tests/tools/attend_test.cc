@@ -62,7 +62,8 @@ testing::Scenario scenario(const CaseSetup& s) {
   return testing::make_fixed_scenario(spec, q, t, m);
 }
 
-const PlanLimits kLimits{.kv_chunk_blocks = 2};
+// Every request's KV in chunks of 2 blocks (AttendOptions::kv_chunk_blocks).
+constexpr int kChunkBlocks = 2;
 
 testing::RunResult as_run(const tool::AttendResult& r) {
   return {r.out, r.lse};
@@ -78,7 +79,7 @@ TEST_P(ToolsAttend, MatchesReferenceAndDirectRun) {
 
   const tool::Case c = tool::load_case(dir);
   EXPECT_EQ(c.kv.has_value(), s.form == KvForm::latents);
-  const auto got = tool::run_case(c, {s.combine, 2, kLimits});
+  const auto got = tool::run_case(c, {s.combine, 2, kChunkBlocks});
   ASSERT_EQ(got.rows, sc.batch.rows());
   ASSERT_EQ(got.heads, sc.spec.heads);
 
@@ -89,7 +90,7 @@ TEST_P(ToolsAttend, MatchesReferenceAndDirectRun) {
 
   testing::RunOptions direct;
   direct.combine = s.combine;
-  direct.limits = kLimits;
+  direct.kv_chunk_blocks = kChunkBlocks;
   const auto want = testing::run_dcp(
       sc, [](int) { return make_cpu_backend(1); }, direct);
   const auto agree = testing::agreement(as_run(got), want);
@@ -147,7 +148,7 @@ TEST(ToolsAttendCli, WritesOutAndLse) {
   EXPECT_EQ(o.dtype, Dtype::f4);
   EXPECT_EQ(o.shape, (std::vector<std::int64_t>{sc.batch.rows(), 8, 512}));
   EXPECT_EQ(l.shape, (std::vector<std::int64_t>{sc.batch.rows(), 8}));
-  const auto direct = tool::run_case(tool::load_case(dir), {Combine::ag_rs, 2, kLimits});
+  const auto direct = tool::run_case(tool::load_case(dir), {Combine::ag_rs, 2, kChunkBlocks});
   EXPECT_EQ(o.values<float>().size(), direct.out.size());
   EXPECT_TRUE(
       testing::agreement({o.values<float>(), l.values<float>()}, as_run(direct)).bit_identical);
@@ -174,8 +175,8 @@ TEST(ToolsAttendCli, QScaleMultipliesTheScores) {
   cfg["softmax_scale"] = sc.spec.softmax_scale / 4;
   cfg["q_scale"] = 4.0;
   std::ofstream(b / "config.json") << cfg.dump();
-  const auto ra = tool::run_case(tool::load_case(a), {Combine::ag_rs, 2, kLimits});
-  const auto rb = tool::run_case(tool::load_case(b), {Combine::ag_rs, 2, kLimits});
+  const auto ra = tool::run_case(tool::load_case(a), {Combine::ag_rs, 2, kChunkBlocks});
+  const auto rb = tool::run_case(tool::load_case(b), {Combine::ag_rs, 2, kChunkBlocks});
   const auto agree = testing::agreement(as_run(ra), as_run(rb));
   EXPECT_LT(agree.max_out_diff, 1e-5);
   EXPECT_LT(agree.max_lse_diff, 1e-5);

@@ -15,10 +15,15 @@ namespace {
 constexpr int kThreads = 256;
 constexpr unsigned kMaxBlocks = 1024;
 
-__global__ void fill_padding_kernel(const OutputRows o, const PlanHeader* header, int num_heads) {
-  // count = rows * H (row, head) items starting at item `first`.
+__global__ void fill_padding_kernel(const OutputRows o, const PlanHeader* header, int num_heads,
+                                    std::int64_t rows) {
+  // count = rows * H (row, head) items starting at item `first`; a faulted plan's rows are all
+  // padding, and NaN (nothing downstream may take them for attention).
   const std::int64_t first = header->padding_begin * num_heads;
-  const std::int64_t count = (header->padding_end - header->padding_begin) * num_heads;
+  const std::int64_t end = header->padding_end < rows ? header->padding_end : rows;
+  const std::int64_t count = (end - header->padding_begin) * num_heads;
+  const bool fault = header->fault != kNoFault;
+  const float o_value = fault ? NAN : 0.0f, lse_value = fault ? NAN : -INFINITY;
   // Launched dependent on the previous kernel (launch_dependent): the header (uploaded before
   // the decode) is read before the wait, every store after it.
   gpu::wait_for_previous_grid();
@@ -26,9 +31,9 @@ __global__ void fill_padding_kernel(const OutputRows o, const PlanHeader* header
   const std::int64_t begin = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (o.group_heads == 0) {
     for (std::int64_t i = begin; i < count * kLatentDim; i += stride) {
-      store1(o.out, o.bf16, first * kLatentDim + i, 0.0f);
+      store1(o.out, o.bf16, first * kLatentDim + i, o_value);
     }
-    for (std::int64_t i = begin; i < count; i += stride) o.lse[first + i] = -INFINITY;
+    for (std::int64_t i = begin; i < count; i += stride) o.lse[first + i] = lse_value;
     return;
   }
   // Packed rows: pairs of elements (rows are 4-byte aligned), the LSE with the row's last pair.
@@ -37,8 +42,8 @@ __global__ void fill_padding_kernel(const OutputRows o, const PlanHeader* header
     const std::int64_t item = first + i / kPairs;
     const std::int64_t at = output_offset(o, item, num_heads);
     const int d = 2 * int(i % kPairs);
-    store_output2(o, at + d, 0.0f, 0.0f);
-    if (d == 0) *output_lse(o, item, at) = -INFINITY;
+    store_output2(o, at + d, o_value, o_value);
+    if (d == 0) *output_lse(o, item, at) = lse_value;
   }
 }
 
@@ -53,7 +58,8 @@ void launch_fill_padding(const OutputRows& final_rows, const PlanHeader* header,
   // mostly empty blocks every replay.
   const unsigned blocks = std::min(grid_blocks(count * kLatentDim, kThreads), kMaxBlocks);
   gpu::launch_dependent(fill_padding_kernel, dim3(blocks), kThreads, 0, s,
-                        "fill_padding_kernel (cudaLaunchKernelEx)", final_rows, header, num_heads);
+                        "fill_padding_kernel (cudaLaunchKernelEx)", final_rows, header, num_heads,
+                        row_capacity);
 }
 
 }  // namespace dcpmla::cuda

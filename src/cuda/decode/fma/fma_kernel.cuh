@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(kThreads, 1) fma_decode_kernel(const DecodePar
   std::int64_t* es = reinterpret_cast<std::int64_t*>(smem + L::kOffE);
 
   // Launched for the plan buffer's capacity under a CUDA graph: blocks past the plan exit.
-  if (p.header != nullptr && std::int64_t(blockIdx.x) >= p.header->num_tiles) return;
+  if (p.header != nullptr && std::int64_t(blockIdx.x) >= p.header->num_items) return;
   const DecodeTile tile = p.tiles[blockIdx.x];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int ph = lane >> 4, kg = lane & 15;

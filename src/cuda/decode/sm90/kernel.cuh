@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const BlockSmem sm(aligned_smem(smem_raw));
 
   // Launched for the plan buffer's capacity under a CUDA graph: blocks past the plan exit.
-  if (p.header != nullptr && std::int64_t(blockIdx.x) >= p.header->num_tiles) return;
+  if (p.header != nullptr && std::int64_t(blockIdx.x) >= p.header->num_items) return;
   const DecodeTile tile = p.tiles[blockIdx.x];
   // Wide fp8 tiles keep the plain warpgroup index (the uniform one ran them slower).
   const int tid = threadIdx.x, wt = tid & 127;

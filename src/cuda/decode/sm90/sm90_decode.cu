@@ -16,8 +16,8 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     cudaDriverEntryPointQueryResult q{};
     DCPMLA_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
                                                        cudaEnableDefault, &q));
-    require(fn != nullptr && q == cudaDriverEntryPointSuccess, ErrorCode::backend_failure,
-            "cuTensorMapEncodeTiled", "the driver entry point", "not found");
+    DCPMLA_REQUIRE(fn != nullptr && q == cudaDriverEntryPointSuccess, ErrorCode::backend_failure,
+                   "cuTensorMapEncodeTiled", "the driver entry point", "not found");
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
   return encode;
@@ -39,8 +39,8 @@ void encode_kv_map(DecodeParams& p, bool kv_shared) {
       box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
       kv_shared ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B : CU_TENSOR_MAP_L2_PROMOTION_NONE,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA);
-  require(r == CUDA_SUCCESS, ErrorCode::backend_failure, "cuTensorMapEncodeTiled", "CUDA_SUCCESS",
-          std::to_string(int(r)));
+  DCPMLA_REQUIRE(r == CUDA_SUCCESS, ErrorCode::backend_failure, "cuTensorMapEncodeTiled",
+                 "CUDA_SUCCESS", std::to_string(int(r)));
 }
 
 }  // namespace

@@ -68,13 +68,23 @@ class ObservedBackend final : public Backend {
   void accumulate(float* dst, const float* src, std::size_t count, Stream s) override {
     inner_.accumulate(dst, src, count, s);
   }
+  DeviceModel device_model() const override { return inner_.device_model(); }
+  void update_schedule(Schedule& schedule, const Plan& plan, Stream s) override {
+    inner_.update_schedule(schedule, plan, s);
+  }
+  void plan_schedule(Schedule& schedule, const DeviceBatchRef& batch, std::int64_t num_tokens,
+                     Stream s) override {
+    inner_.plan_schedule(schedule, batch, num_tokens, s);
+  }
   void write_kv(const KvWriteArgs& args, Stream s) override;
-  void decode(const DecodeArgs& args, Stream s) override;
   void unpack_query(const UnpackQueryArgs& args, Stream s) override;
   void combine_rescale(const CombineRescaleArgs& args, Stream s) override;
   void combine_pack(const CombinePackArgs& args, Stream s) override;
   void combine_merge(const CombineMergeArgs& args, Stream s) override;
   void convert(const ConvertArgs& args, Stream s) override;
+
+ protected:
+  void run_decode(const DecodeArgs& args, Stream s) override;
 
  private:
   Backend& inner_;

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,10 +25,15 @@ using CommunicatorFactory =
 struct RunOptions {
   Combine combine = Combine::ag_rs;
   DType combine_payload = DType::f32;  // a2a only: f32 or bf16 (DcpStepArgs::combine_payload)
-  PlanLimits limits;                   // split-KV policy of every rank's plan
-  bool poison = true;                  // fill every cache page with NaN before writing the KV
-  bool flatten = false;                // run the single-token-row view of the batch instead
-  bool see_future = false;             // negative control: every row bounded at T (mask = full)
+  // The model every rank's plan is made for; empty: each rank's backend's (device_model()).
+  std::optional<DeviceModel> model;
+  int kv_chunk_blocks = 0;  // > 0: every rank's KV cut in chunks of this many blocks
+  // Plan on each rank's backend from the batch in its memory (Schedule::plan_on_device) instead
+  // of make_plan on the host (causal masks only).
+  bool device_plan = false;
+  bool poison = true;       // fill every cache page with NaN before writing the KV
+  bool flatten = false;     // run the single-token-row view of the batch instead
+  bool see_future = false;  // negative control: every row bounded at T (mask = full)
   // How each rank runs its dcp_step: given the rank and the step on a stream, it must have run
   // the step and synchronised that stream when it returns (the results are read on the default
   // stream next). Empty: the step once on the default stream. A CUDA test uses it to capture the

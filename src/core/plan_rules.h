@@ -1,0 +1,143 @@
+// The planner's rules as pure functions of integers, compiled for the host (make_plan) and the
+// device (the GPU planner), so both planners compute every field the same way. Every cost is an
+// integer: floating point could round differently on the two sides.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define DCPMLA_HD __host__ __device__ __forceinline__
+#else
+#define DCPMLA_HD inline
+#endif
+
+namespace dcpmla::rules {
+
+// KV tokens a work item walks at a time (the kernels' tile of keys): the unit of a walk.
+inline constexpr int kTileKeys = 64;
+// Per-tile fixed cost of a work item in tokens of its walk (its query rows, its output, the
+// merge): about two tiles (docs/design/decode-kernel.md).
+inline constexpr std::int64_t kFixedTokens = 128;
+// A split pair costs ~0.037 tokens of a walk: it writes 2 KiB of fp32 partial O and the merge
+// reads it back (~1.2 ns at ~3.5 TB/s). Costs are kept in thousandths of a token.
+inline constexpr std::int64_t kSplitPairMilli = 37;
+inline constexpr std::int64_t kMilli = 1000;
+// The fewest splits whose cost is within 2 % of the best: split only for a clear gain.
+inline constexpr std::int64_t kTolerancePercent = 102;
+// The last-wave cut: batches of 2..kMaxTailWaves waves, tail requests in at most kMaxTailParts.
+inline constexpr std::int64_t kMaxTailWaves = 8;
+inline constexpr std::int64_t kMaxTailParts = 8;
+// ... and only where it finishes at least 2 % sooner.
+inline constexpr std::int64_t kTailGainPercent = 98;
+
+DCPMLA_HD std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+DCPMLA_HD std::int64_t min64(std::int64_t a, std::int64_t b) {
+  return a < b ? a : b;
+}
+DCPMLA_HD std::int64_t max64(std::int64_t a, std::int64_t b) {
+  return a > b ? a : b;
+}
+
+// Sharding::local_len (SPEC section 2): positions < L owned by `rank`.
+DCPMLA_HD std::int64_t local_len(std::int64_t L, int world, int rank, int interleave) {
+  const std::int64_t span = std::int64_t(world) * interleave;
+  const std::int64_t rem = L % span - std::int64_t(rank) * interleave;
+  return L / span * interleave + min64(max64(rem, 0), interleave);
+}
+
+// Work items (thread blocks) a request split of Q rows needs: one per tile_pairs pairs.
+DCPMLA_HD std::int64_t tiles_per_split(std::int64_t q, int num_heads, int tile_pairs) {
+  if (tile_pairs <= 0) return 1;
+  const std::int64_t t = ceil_div(q * num_heads, tile_pairs);
+  return t < 1 ? 1 : t;
+}
+
+// Splits of a local KV of `local` tokens in chunks of `chunk_tokens` (>= 1 even when empty).
+DCPMLA_HD std::int64_t splits_of(std::int64_t local, std::int64_t chunk_tokens) {
+  return local <= chunk_tokens ? 1 : ceil_div(local, chunk_tokens);
+}
+
+// The chunk of candidate k (k = 0: unsplit, the longest request's blocks), or 0 past the last.
+// Candidates shrink strictly: k-th split count s gives max(min_chunk, ceil(longest / s)).
+// Callers walk k = 0, 1, ... in order; next_candidate gives the following (chunk, s).
+struct Candidate {
+  std::int64_t chunk_blocks;
+  std::int64_t splits;  // the split count that produced it (1 for k = 0)
+};
+DCPMLA_HD Candidate next_candidate(Candidate c, std::int64_t longest, std::int64_t min_chunk,
+                                   int workers) {
+  for (std::int64_t s = c.splits + 1; s <= 2 * std::int64_t(workers); ++s) {
+    if (c.chunk_blocks <= min_chunk) break;
+    const std::int64_t chunk = max64(min_chunk, ceil_div(longest, s));
+    if (chunk < c.chunk_blocks) return {chunk, s};
+  }
+  return {0, 0};
+}
+
+// The cost of one chunk in thousandths of a token of one work item's walk: waves of work items
+// x (the longest item's tokens + the fixed cost), plus what splitting costs beyond that.
+// work_items / split_pairs are sums over the requests of split_terms.
+DCPMLA_HD unsigned __int128 chunk_cost(std::int64_t chunk_blocks, std::int64_t longest,
+                                       int block_size, std::int64_t work_items,
+                                       std::int64_t split_pairs, int workers) {
+  const std::int64_t waves = ceil_div(work_items, workers);
+  const std::int64_t walk = min64(chunk_blocks, longest) * block_size + kFixedTokens;
+  return (unsigned __int128)(waves)*std::uint64_t(walk) * kMilli +
+         (unsigned __int128)(split_pairs)*kSplitPairMilli;
+}
+
+// One request's share of chunk_cost's sums: its work items and, when split, its split pairs.
+struct SplitTerms {
+  std::int64_t work_items;
+  std::int64_t split_pairs;
+};
+DCPMLA_HD SplitTerms split_terms(std::int64_t kv_blocks, std::int64_t chunk_blocks,
+                                 std::int64_t tiles, std::int64_t q, int num_heads) {
+  const std::int64_t splits = kv_blocks <= chunk_blocks ? 1 : ceil_div(kv_blocks, chunk_blocks);
+  return {tiles * splits, splits > 1 ? splits * q * num_heads : 0};
+}
+
+// Whether a split's totals respect the config's limits (-1: none).
+DCPMLA_HD bool within_limits(std::int64_t work_items, std::int64_t split_pairs, int num_heads,
+                             std::int64_t max_work_items, std::int64_t max_partial_rows) {
+  return (max_work_items < 0 || work_items <= max_work_items) &&
+         (max_partial_rows < 0 || split_pairs <= max_partial_rows * num_heads);
+}
+
+// Exclusive local bound of row j of a request with Q rows and global length T (causal), or T's
+// local length (full mask).
+DCPMLA_HD std::int64_t row_local_bound(std::int64_t T, std::int64_t Q, std::int64_t j, bool full,
+                                       int world, int rank, int interleave) {
+  const std::int64_t bound = full ? T : T - (Q - 1 - j);
+  return local_len(bound, world, rank, interleave);
+}
+
+// Visible end of the item of pairs [pair_begin, pair_begin + num_pairs) of a request split
+// [kv_begin, kv_end): max over its rows of min(row bound, kv_end), at least kv_begin.
+// row_bound points at the request's first row.
+DCPMLA_HD std::int32_t visible_end(const std::int32_t* row_bound, std::int64_t pair_begin,
+                                   std::int64_t num_pairs, int num_heads, std::int32_t kv_begin,
+                                   std::int32_t kv_end) {
+  std::int32_t visible = kv_begin;
+  for (std::int64_t j = pair_begin / num_heads; j <= (pair_begin + num_pairs - 1) / num_heads;
+       ++j) {
+    const std::int32_t b = row_bound[j] < kv_end ? row_bound[j] : kv_end;
+    visible = b > visible ? b : visible;
+  }
+  return visible;
+}
+
+// The walk of an item in tiles of kTileKeys keys: the launch order's sort key.
+DCPMLA_HD std::int64_t walk_tiles(std::int32_t kv_begin, std::int32_t visible) {
+  return ceil_div(std::int64_t(visible) - kv_begin, kTileKeys);
+}
+
+// Launch order key: walk descending, then the split's index (request order) ascending. Sorting
+// the keys ascending gives the order; the split index is in the low 32 bits.
+DCPMLA_HD std::uint64_t order_key(std::int64_t walk, std::int64_t index) {
+  return (std::uint64_t(0x7fffffff - walk) << 32) | std::uint64_t(index);
+}
+
+}  // namespace dcpmla::rules

@@ -1,0 +1,76 @@
+#include "device_planner_emulation.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/device_planner.h"
+
+namespace dcpmla::cpu {
+namespace {
+
+// One thread doing every thread's part. parallel() walks its range backwards: a step that
+// depended on the order of its indices would come out different from make_plan here.
+struct SerialExecutor {
+  template <class F>
+  void parallel(std::int64_t n, F&& f) {
+    for (std::int64_t i = n - 1; i >= 0; --i) f(i);
+  }
+  template <class F>
+  void serial(F&& f) {
+    f();
+  }
+  template <class F>
+  std::int64_t sum(std::int64_t n, F&& f) {
+    std::int64_t total = 0;
+    for (std::int64_t i = 0; i < n; ++i) total += f(i);
+    return total;
+  }
+  template <class F>
+  std::int64_t max(std::int64_t n, F&& f) {
+    std::int64_t m = std::numeric_limits<std::int64_t>::min();
+    for (std::int64_t i = 0; i < n; ++i) m = std::max<std::int64_t>(m, f(i));
+    return m;
+  }
+  template <class F>
+  std::uint64_t min_u64(std::int64_t n, F&& f) {
+    std::uint64_t m = ~std::uint64_t(0);
+    for (std::int64_t i = 0; i < n; ++i) m = std::min<std::uint64_t>(m, f(i));
+    return m;
+  }
+  template <class F>
+  void segmented_sum(std::int64_t m, std::int64_t n, F&& f, std::int64_t* out) {
+    for (std::int64_t k = 0; k < m; ++k) {
+      std::int64_t a = 0, b = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const auto t = f(k, i);
+        a += t.work_items;
+        b += t.split_pairs;
+      }
+      out[2 * k] = a;
+      out[2 * k + 1] = b;
+    }
+  }
+  template <class F>
+  std::int64_t exclusive_scan(std::int64_t n, F&& f, std::int64_t* out) {
+    std::int64_t total = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t x = f(i);
+      out[i] = total;
+      total += x;
+    }
+    return total;
+  }
+  void sort(std::uint64_t* keys, std::int64_t n) { std::sort(keys, keys + n); }
+};
+
+}  // namespace
+
+void plan_on_host(Schedule& schedule, const DeviceBatchRef& batch, std::int64_t num_tokens) {
+  const ScheduleCapacity& c = schedule.capacity();
+  const ScheduleView v = schedule_view(schedule.memory(), c);
+  const planner::Scratch s = planner::scratch_view(v.scratch, c.requests, c.work_items);
+  SerialExecutor ex;
+  planner::plan_batch(ex, planner::device_batch_args(schedule, batch, num_tokens), v, s);
+}
+
+}  // namespace dcpmla::cpu
