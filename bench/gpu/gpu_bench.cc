@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -188,6 +190,11 @@ std::vector<int> ragged_q(int B, int max_q, std::uint64_t seed) {
   return q;
 }
 
+// The ragged_mix group's draw: 64 requests, Q from 1..8.
+std::vector<int> ragged_mix() {
+  return ragged_q(64, 8, 2026);
+}
+
 std::vector<Shape> shapes() {
   std::vector<Shape> v;
   auto uniform = [](int B, int Q) { return std::vector<int>(std::size_t(B), Q); };
@@ -206,7 +213,7 @@ std::vector<Shape> shapes() {
         {"flashmla_table", t.B, t.L, t.H, uniform(t.B, t.Q), Form::native, 1, t.us, "uniform"});
   }
   // Ragged speculative mixes: 64 requests, Q drawn from 1..8 (the same draw for every mix).
-  const auto mix = ragged_q(64, 8, 2026);
+  const auto mix = ragged_mix();
   const struct {
     std::int64_t L;
     int H;
@@ -388,6 +395,133 @@ Problem make_problem(const Shape& sh, std::int64_t num_blocks_out[1], int block_
   return p;
 }
 
+struct Measured {
+  Problem problem;
+  Stats stats;
+  std::optional<double> graph_us;  // per call, from CUDA graph replays
+  bool finite = false;             // every LSE finite after the runs (never time garbage)
+};
+
+// Times the decode of `sh`: `reps` calls, each between its own pair of events, after at least
+// max(100, steady_ms) ms of warm-up, then graph replays. With sets > 1 the calls rotate over that
+// many input sets (each its own cache and queries, one plan and block table), so that data
+// smaller than the L2 is not read from it.
+Measured measure_shape(Backend& backend, const Shape& sh, int sets, int sms, std::mt19937_64& rng,
+                       int kv_chunk_blocks, bool ordered_blocks, int reps, double steady_ms,
+                       cudaStream_t s) {
+  std::int64_t num_blocks = 0;
+  Problem p =
+      make_problem(sh, &num_blocks, sh.block_size, sms, rng, kv_chunk_blocks, ordered_blocks);
+  const std::int64_t rows = p.rows;
+  DeviceBuffer out(backend, std::size_t(rows) * sh.H * kLatentDim * 2);
+  DeviceBuffer lse(backend, std::size_t(rows) * sh.H * 4);
+  DeviceBuffer bt(backend, p.batch.block_table.size() * 4);
+  DeviceBuffer ws(backend, std::max<std::size_t>(decode_workspace_bytes(p.plan), 16));
+  backend.upload(bt.data(), p.batch.block_table.data(), bt.bytes(), s);
+  std::vector<DeviceBuffer> caches, queries, sink_rows;  // sink rows live until the plant is done
+  // The engine's path: the plan written into a schedule, which the decode (and its graph) reads.
+  Schedule schedule(backend, p.plan.config, capacity_of(p.plan));
+  schedule.update(p.plan, s);
+  std::vector<DecodeArgs> args(static_cast<std::size_t>(sets));
+  for (int k = 0; k < sets; ++k) {
+    DeviceBuffer& cache = caches.emplace_back(
+        backend, std::size_t(num_blocks) * sh.block_size * kHeadDim * dtype_size(sh.kv));
+    DeviceBuffer& q = queries.emplace_back(backend, std::size_t(rows) * sh.H * kHeadDim * 2);
+    const auto seed = std::uint32_t(11 + 2 * k);
+    if (sh.kv == DType::fp8_e4m3) {
+      fill_random_fp8(cache.data(), cache.bytes(), seed, s);
+    } else {
+      fill_random_bf16(cache.data(), cache.bytes() / 2, seed, s);
+    }
+    fill_random_bf16(q.data(), q.bytes() / 2, seed + 1, s);
+    if (sh.sink) {
+      DeviceBuffer& sr = sink_rows.emplace_back(backend, std::size_t(p.batch.num_requests()) * 8);
+      std::vector<std::int64_t> rows_host;  // each request's first token
+      for (int b = 0; b < p.batch.num_requests(); ++b) {
+        rows_host.push_back(std::int64_t(p.batch.block_table[std::size_t(b) * p.batch.max_blocks]) *
+                            sh.block_size);
+      }
+      backend.upload(sr.data(), rows_host.data(), sr.bytes(), s);
+      plant_sink_bf16(q.data(), q.bytes() / 2, cache.data(), static_cast<std::int64_t*>(sr.data()),
+                      rows_host.size(), 0.15f, s);
+    }
+    DecodeArgs& a = args[std::size_t(k)];
+    a.schedule = &schedule;
+    a.q = q.tensor(DType::bf16, {rows, sh.H, kHeadDim});
+    a.cache = {cache.data(), sh.kv, num_blocks, sh.block_size, 1.0f};
+    a.block_table = bt.tensor(DType::i32, {p.batch.num_requests(), p.batch.max_blocks});
+    a.out = out.tensor(DType::bf16, {rows, sh.H, kLatentDim});
+    a.lse = lse.tensor(DType::f32, {rows, sh.H});
+    a.softmax_scale = 0.1352338f;
+    a.workspace = ws.tensor(DType::fp8_e4m3, {std::int64_t(ws.bytes())});
+  }
+  check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  std::size_t next = 0;
+  auto call = [&] { backend.decode(args[next++ % args.size()], s); };
+  const Stats st = time_calls(call, reps, 5, s, std::max(100.0, steady_ms));
+  const auto graph = time_graph(call, 10, 3, s);
+  std::vector<float> lse_host(std::size_t(rows) * sh.H);
+  check(cudaMemcpy(lse_host.data(), lse.data(), lse_host.size() * 4, cudaMemcpyDeviceToHost),
+        "cudaMemcpy");
+  const bool finite =
+      std::all_of(lse_host.begin(), lse_host.end(), [](float x) { return std::isfinite(x); });
+  return {std::move(p), st, graph, finite};
+}
+
+// --serve: one shape a line of stdin, {"B", "L", "H", "q": [Q per request] or Q, "world" (1),
+// "sets" (1)} (bf16, block size 64, rank 0 of the DCP world), one JSON result a line of stdout.
+// The first line out names the device, the ceilings and the ragged_mix group's draw of Q, so that
+// a driver can alternate these calls with another benchmark's on the same shapes in one run.
+int serve(Backend& backend, const cudaDeviceProp& prop, const Ceilings& ceil, int reps,
+          double steady_ms, cudaStream_t s) {
+  const nlohmann::json hello{
+      {"device", prop.name},
+      {"sms", prop.multiProcessorCount},
+      {"reps", reps},
+      {"warmup_ms", std::max(100.0, steady_ms)},
+      {"ceilings", {{"copy_tbps", ceil.copy_tbps}, {"gemm_bf16_tflops", ceil.gemm_tflops}}},
+      {"ragged_mix_q", ragged_mix()}};
+  std::cout << hello.dump() << std::endl;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line.empty()) continue;
+    nlohmann::json reply;
+    try {
+      const auto req = nlohmann::json::parse(line);
+      Shape sh;
+      sh.group = "serve";
+      sh.B = req.at("B").get<int>();
+      sh.L = req.at("L").get<std::int64_t>();
+      sh.H = req.at("H").get<int>();
+      sh.world = req.value("world", 1);
+      const auto& q = req.at("q");
+      sh.q = q.is_array() ? q.get<std::vector<int>>()
+                          : std::vector<int>(std::size_t(sh.B), q.get<int>());
+      if (int(sh.q.size()) != sh.B) throw std::runtime_error("q needs B entries");
+      const int sets = req.value("sets", 1);
+      if (sets < 1) throw std::runtime_error("sets must be >= 1");
+      std::mt19937_64 rng(1);
+      const Measured m = measure_shape(backend, sh, sets, prop.multiProcessorCount, rng, 0, false,
+                                       reps, steady_ms, s);
+      const double t = m.stats.median_us * 1e-6;
+      reply = {{"median_us", m.stats.median_us},
+               {"min_us", m.stats.min_us},
+               {"p90_us", m.stats.p90_us},
+               {"graph_us", m.graph_us ? nlohmann::json(*m.graph_us) : nlohmann::json()},
+               {"rows", m.problem.rows},
+               {"sets", sets},
+               {"work_items", m.problem.plan.work.size()},
+               {"kv_tbps", m.problem.kv_bytes / t / 1e12},
+               {"useful_tflops", m.problem.useful_flops / t / 1e12},
+               {"output_finite", m.finite}};
+    } catch (const std::exception& e) {
+      reply = {{"error", e.what()}};
+    }
+    std::cout << reply.dump() << std::endl;
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace dcpmla::bench
 
@@ -420,6 +554,11 @@ int main(int argc, char** argv) {
                  "for a shape, 3 calls for a ceiling), so that they are timed in the GPU's "
                  "steady power state (the H200's power cap lowers the clock within ~0.1 s)")
       ->check(CLI::NonNegativeNumber);
+  bool serve_mode = false;
+  app.add_flag("--serve", serve_mode,
+               "time the shapes read from stdin, one JSON object a line, and answer each with one "
+               "JSON line on stdout (see serve() in the source); for drivers that alternate this "
+               "benchmark with another one");
   app.add_option("--commit", commit, "commit recorded with the results");
   app.add_option("--date", date, "date recorded with the results (default: now, UTC)");
   CLI11_PARSE(app, argc, argv);
@@ -433,8 +572,15 @@ int main(int argc, char** argv) {
     cudaStream_t s;
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
     const Ceilings ceil = measure_ceilings(s, reps, steady_ms);
-    fmt::print("device {} ({} SMs), copy ceiling {:.2f} TB/s, bf16 GEMM ceiling {:.0f} TFLOP/s\n",
+    fmt::print(serve_mode ? stderr : stdout,
+               "device {} ({} SMs), copy ceiling {:.2f} TB/s, bf16 GEMM ceiling {:.0f} TFLOP/s\n",
                prop.name, prop.multiProcessorCount, ceil.copy_tbps, ceil.gemm_tflops);
+    if (serve_mode) {
+      auto backend = make_cuda_backend(0);
+      const int rc = serve(*backend, prop, ceil, reps, steady_ms, s);
+      cudaStreamDestroy(s);
+      return rc;
+    }
 
     nlohmann::json results = nlohmann::json::array();
     // Rewritten after every shape, so a run cut short keeps what it measured.
@@ -474,60 +620,13 @@ int main(int argc, char** argv) {
     for (const Shape& sh : list) {
       if (!filter.empty() && sh.group.find(filter) == std::string::npos) continue;
       if (++passed != index && index >= 0) continue;
-      std::int64_t num_blocks = 0;
-      Problem p = make_problem(sh, &num_blocks, sh.block_size, prop.multiProcessorCount, rng,
-                               kv_chunk_blocks, ordered_blocks);
+      const Measured m = measure_shape(*backend, sh, 1, prop.multiProcessorCount, rng,
+                                       kv_chunk_blocks, ordered_blocks, reps, steady_ms, s);
+      const Problem& p = m.problem;
+      const Stats& st = m.stats;
+      const auto& graph = m.graph_us;
+      const bool finite = m.finite;
       const std::int64_t rows = p.rows;
-      DeviceBuffer cache(*backend,
-                         std::size_t(num_blocks) * sh.block_size * kHeadDim * dtype_size(sh.kv));
-      DeviceBuffer q(*backend, std::size_t(rows) * sh.H * kHeadDim * 2);
-      DeviceBuffer out(*backend, std::size_t(rows) * sh.H * kLatentDim * 2);
-      DeviceBuffer lse(*backend, std::size_t(rows) * sh.H * 4);
-      DeviceBuffer bt(*backend, p.batch.block_table.size() * 4);
-      DeviceBuffer ws(*backend, std::max<std::size_t>(decode_workspace_bytes(p.plan), 16));
-      if (sh.kv == DType::fp8_e4m3) {
-        fill_random_fp8(cache.data(), cache.bytes(), 11, s);
-      } else {
-        fill_random_bf16(cache.data(), cache.bytes() / 2, 11, s);
-      }
-      fill_random_bf16(q.data(), q.bytes() / 2, 12, s);
-      backend->upload(bt.data(), p.batch.block_table.data(), bt.bytes(), s);
-      DeviceBuffer sink_rows;  // lives until the shape's runs are done: the plant is async
-      if (sh.sink) {
-        sink_rows = DeviceBuffer(*backend, std::size_t(p.batch.num_requests()) * 8);
-        std::vector<std::int64_t> rows_host;  // each request's first token
-        for (int b = 0; b < p.batch.num_requests(); ++b) {
-          rows_host.push_back(
-              std::int64_t(p.batch.block_table[std::size_t(b) * p.batch.max_blocks]) *
-              sh.block_size);
-        }
-        backend->upload(sink_rows.data(), rows_host.data(), sink_rows.bytes(), s);
-        plant_sink_bf16(q.data(), q.bytes() / 2, cache.data(),
-                        static_cast<std::int64_t*>(sink_rows.data()), rows_host.size(), 0.15f, s);
-      }
-      // The engine's path: the plan written into a schedule, which the decode (and its graph)
-      // reads.
-      Schedule schedule(*backend, p.plan.config, capacity_of(p.plan));
-      schedule.update(p.plan, s);
-      DecodeArgs args;
-      args.schedule = &schedule;
-      args.q = q.tensor(DType::bf16, {rows, sh.H, kHeadDim});
-      args.cache = {cache.data(), sh.kv, num_blocks, sh.block_size, 1.0f};
-      args.block_table = bt.tensor(DType::i32, {p.batch.num_requests(), p.batch.max_blocks});
-      args.out = out.tensor(DType::bf16, {rows, sh.H, kLatentDim});
-      args.lse = lse.tensor(DType::f32, {rows, sh.H});
-      args.softmax_scale = 0.1352338f;
-      args.workspace = ws.tensor(DType::fp8_e4m3, {std::int64_t(ws.bytes())});
-      check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-      auto call = [&] { backend->decode(args, s); };
-      const Stats st = time_calls(call, reps, 5, s, std::max(100.0, steady_ms));
-      const auto graph = time_graph(call, 10, 3, s);
-      // Never time garbage: the output must be finite after the runs.
-      std::vector<float> lse_host(std::size_t(rows) * sh.H);
-      check(cudaMemcpy(lse_host.data(), lse.data(), lse_host.size() * 4, cudaMemcpyDeviceToHost),
-            "cudaMemcpy");
-      const bool finite =
-          std::all_of(lse_host.begin(), lse_host.end(), [](float x) { return std::isfinite(x); });
       const double t = st.median_us * 1e-6;
       const double tbps = p.kv_bytes / t / 1e12, tflops = p.useful_flops / t / 1e12;
       fmt::print(
