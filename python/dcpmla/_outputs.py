@@ -1,7 +1,5 @@
 """Output arrays a call allocates when the caller passes none."""
 
-import operator
-
 import ml_dtypes
 import numpy as np
 
@@ -28,8 +26,3 @@ def attention_outputs(q, out, lse):
     if lse is None:
         lse = np.empty((rows, heads), dtype=np.float32)
     return out, lse
-
-
-def optional_index(value):
-    """None, or value as an int (numpy integers too); anything else is a TypeError."""
-    return None if value is None else operator.index(value)

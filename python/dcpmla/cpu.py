@@ -14,7 +14,8 @@ Rows past query_start_loc[B] up to num_tokens are padding: O = 0, LSE = -inf.
 """
 
 from dcpmla import _core
-from dcpmla._outputs import attention_outputs, optional_index
+from dcpmla._outputs import attention_outputs
+from dcpmla._scalars import index, optional_index, real
 
 
 def mla_decode(
@@ -53,13 +54,13 @@ def mla_decode(
         block_table,
         query_start_loc,
         seq_lens,
-        softmax_scale,
-        optional_index(num_tokens),
-        dcp_world_size,
-        dcp_rank,
-        dcp_interleave,
+        real(softmax_scale, "softmax_scale"),
+        optional_index(num_tokens, "num_tokens"),
+        index(dcp_world_size, "dcp_world_size"),
+        index(dcp_rank, "dcp_rank"),
+        index(dcp_interleave, "dcp_interleave"),
         mask,
-        k_scale,
+        real(k_scale, "k_scale"),
         out,
         lse,
     )
@@ -99,12 +100,12 @@ def dcp_step_simulated(
         block_table,
         query_start_loc,
         seq_lens,
-        softmax_scale,
-        optional_index(num_tokens),
-        world,
-        dcp_interleave,
+        real(softmax_scale, "softmax_scale"),
+        optional_index(num_tokens, "num_tokens"),
+        index(world, "world"),
+        index(dcp_interleave, "dcp_interleave"),
         mask,
-        k_scale,
+        real(k_scale, "k_scale"),
         combine,
         out,
         lse,
@@ -137,12 +138,12 @@ def make_plan(
         block_table,
         query_start_loc,
         seq_lens,
-        num_heads,
-        block_size,
-        num_blocks,
-        optional_index(num_tokens),
-        dcp_world_size,
-        dcp_rank,
-        dcp_interleave,
+        index(num_heads, "num_heads"),
+        index(block_size, "block_size"),
+        index(num_blocks, "num_blocks"),
+        optional_index(num_tokens, "num_tokens"),
+        index(dcp_world_size, "dcp_world_size"),
+        index(dcp_rank, "dcp_rank"),
+        index(dcp_interleave, "dcp_interleave"),
         mask,
     )

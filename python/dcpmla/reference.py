@@ -3,7 +3,7 @@
 import numpy as np
 
 from dcpmla import _core
-from dcpmla._outputs import optional_index
+from dcpmla._scalars import argument_error, optional_index, real
 
 
 def _float64(array):
@@ -30,9 +30,13 @@ def reference_attend(
         lens = np.asarray(seq_lens, dtype=np.int64)
         latents = _float64(kv)
         if latents.ndim != 2 or latents.shape[0] != lens.sum():
-            raise ValueError(
-                f"kv (shape mismatch): expected shape ({lens.sum()}, {_core.HEAD_DIM}) "
-                f"([sum(seq_lens), 576]) or one array a request, got {latents.shape}"
+            raise argument_error(
+                ValueError,
+                "kv",
+                "shape mismatch",
+                f"shape ({lens.sum()}, {_core.HEAD_DIM}) ([sum(seq_lens), 576]) or one array a "
+                "request",
+                latents.shape,
             )
         per_request = np.split(latents, np.cumsum(lens)[:-1])
     return _core.reference_attend(
@@ -40,7 +44,7 @@ def reference_attend(
         per_request,
         query_start_loc,
         seq_lens,
-        softmax_scale,
-        optional_index(num_tokens),
+        real(softmax_scale, "softmax_scale"),
+        optional_index(num_tokens, "num_tokens"),
         mask,
     )

@@ -7,20 +7,31 @@ block_table[b][i // block_size], offset i % block_size. Every function is comput
 """
 
 from dcpmla import _core
-from dcpmla._outputs import optional_index
+from dcpmla._scalars import index, optional_index
 
 
 def dcp_local_seq_lens(seq_lens, world, rank=None, interleave=1):
     """Tokens of each request held by `rank`: [B] (seq_lens' dtype), or [B, world] for every
     rank when rank is None. They sum over the ranks to seq_lens."""
-    return _core.local_seq_lens(seq_lens, world, rank, interleave)
+    return _core.local_seq_lens(
+        seq_lens,
+        index(world, "world"),
+        optional_index(rank, "rank"),
+        index(interleave, "interleave"),
+    )
 
 
 def slot_mapping(block_table, req_indices, positions, block_size, *, world=1, rank=0, interleave=1):
     """Cache slots [n] int64 of tokens (req_indices[i], positions[i]) on `rank`: -1 where another
     rank owns the position, or where req_indices[i] is -1 (a padding row)."""
     return _core.slot_mapping(
-        block_table, req_indices, positions, block_size, world, rank, interleave
+        block_table,
+        req_indices,
+        positions,
+        index(block_size, "block_size"),
+        index(world, "world"),
+        index(rank, "rank"),
+        index(interleave, "interleave"),
     )
 
 
@@ -28,7 +39,7 @@ def step_positions(query_start_loc, seq_lens, *, num_tokens=None):
     """(req_indices [N] int32, positions [N] int64) of a decode step's query rows: row j of
     request b is at global position seq_lens[b] - Q_b + j; padding rows are (-1, -1)."""
     request, position, _, _ = _core.rows(
-        query_start_loc, seq_lens, optional_index(num_tokens), None, 1, 0, 1
+        query_start_loc, seq_lens, optional_index(num_tokens, "num_tokens"), None, 1, 0, 1
     )
     return request, position
 
@@ -43,6 +54,12 @@ def row_bounds(
     never local_len(rank, T) - (Q - 1 - j). Padding rows have both bounds 0.
     """
     _, _, global_bound, local_bound = _core.rows(
-        query_start_loc, seq_lens, optional_index(num_tokens), mask, world, rank, interleave
+        query_start_loc,
+        seq_lens,
+        optional_index(num_tokens, "num_tokens"),
+        mask,
+        index(world, "world"),
+        index(rank, "rank"),
+        index(interleave, "interleave"),
     )
     return global_bound, local_bound

@@ -296,12 +296,14 @@ PlanView make_plan_view(nb::handle block_table, nb::handle query_start_loc, nb::
 }  // namespace
 
 void register_decode(nb::module_& m) {
-  m.def("mla_decode", &mla_decode, "q"_a, "kv_cache"_a, "block_table"_a, "query_start_loc"_a,
-        "seq_lens"_a, "softmax_scale"_a, "num_tokens"_a.none(), "dcp_world_size"_a, "dcp_rank"_a,
-        "dcp_interleave"_a, "mask"_a.none(), "k_scale"_a, "out"_a, "lse"_a);
-  m.def("dcp_step_simulated", &dcp_step_simulated, "q"_a, "kv_caches"_a, "block_table"_a,
-        "query_start_loc"_a, "seq_lens"_a, "softmax_scale"_a, "num_tokens"_a.none(), "world"_a,
-        "dcp_interleave"_a, "mask"_a.none(), "k_scale"_a, "combine"_a, "out"_a, "lse"_a);
+  m.def("mla_decode", &mla_decode, "q"_a.none(), "kv_cache"_a.none(), "block_table"_a.none(),
+        "query_start_loc"_a.none(), "seq_lens"_a.none(), "softmax_scale"_a, "num_tokens"_a.none(),
+        "dcp_world_size"_a, "dcp_rank"_a, "dcp_interleave"_a, "mask"_a.none(), "k_scale"_a,
+        "out"_a.none(), "lse"_a.none());
+  m.def("dcp_step_simulated", &dcp_step_simulated, "q"_a.none(), "kv_caches"_a.none(),
+        "block_table"_a.none(), "query_start_loc"_a.none(), "seq_lens"_a.none(), "softmax_scale"_a,
+        "num_tokens"_a.none(), "world"_a, "dcp_interleave"_a, "mask"_a.none(), "k_scale"_a,
+        "combine"_a, "out"_a.none(), "lse"_a.none());
 
   nb::class_<PlanView>(m, "Plan",
                        "One rank's decode plan (read-only views of its per-row and per-request "
@@ -324,9 +326,9 @@ void register_decode(nb::module_& m) {
         return fmt::format("Plan(num_rows={}, num_requests={}, num_partial_rows={})",
                            p.plan.num_rows, p.plan.num_requests, p.plan.num_partial_rows);
       });
-  m.def("make_plan", &make_plan_view, "block_table"_a, "query_start_loc"_a, "seq_lens"_a,
-        "num_heads"_a, "block_size"_a, "num_blocks"_a, "num_tokens"_a.none(), "dcp_world_size"_a,
-        "dcp_rank"_a, "dcp_interleave"_a, "mask"_a.none());
+  m.def("make_plan", &make_plan_view, "block_table"_a.none(), "query_start_loc"_a.none(),
+        "seq_lens"_a.none(), "num_heads"_a, "block_size"_a, "num_blocks"_a, "num_tokens"_a.none(),
+        "dcp_world_size"_a, "dcp_rank"_a, "dcp_interleave"_a, "mask"_a.none());
 }
 
 }  // namespace dcpmla::python

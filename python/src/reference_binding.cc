@@ -77,8 +77,8 @@ nb::tuple reference_attend(Float64Array q, std::vector<Float64Array> kv, nb::han
 }  // namespace
 
 void register_reference(nb::module_& m) {
-  m.def("reference_attend", &reference_attend, "q"_a, "kv"_a, "query_start_loc"_a, "seq_lens"_a,
-        "softmax_scale"_a, "num_tokens"_a.none(), "mask"_a.none());
+  m.def("reference_attend", &reference_attend, "q"_a, "kv"_a, "query_start_loc"_a.none(),
+        "seq_lens"_a.none(), "softmax_scale"_a, "num_tokens"_a.none(), "mask"_a.none());
 }
 
 }  // namespace dcpmla::python

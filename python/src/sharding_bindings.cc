@@ -123,12 +123,12 @@ nb::tuple rows(nb::handle query_start_loc, nb::handle seq_lens,
 }  // namespace
 
 void register_sharding(nb::module_& m) {
-  m.def("local_seq_lens", &local_seq_lens, "seq_lens"_a, "world"_a, "rank"_a.none(),
+  m.def("local_seq_lens", &local_seq_lens, "seq_lens"_a.none(), "world"_a, "rank"_a.none(),
         "interleave"_a);
-  m.def("slot_mapping", &slot_mapping, "block_table"_a, "req_indices"_a, "positions"_a,
-        "block_size"_a, "world"_a, "rank"_a, "interleave"_a);
-  m.def("rows", &rows, "query_start_loc"_a, "seq_lens"_a, "num_tokens"_a.none(), "mask"_a.none(),
-        "world"_a, "rank"_a, "interleave"_a);
+  m.def("slot_mapping", &slot_mapping, "block_table"_a.none(), "req_indices"_a.none(),
+        "positions"_a.none(), "block_size"_a, "world"_a, "rank"_a, "interleave"_a);
+  m.def("rows", &rows, "query_start_loc"_a.none(), "seq_lens"_a.none(), "num_tokens"_a.none(),
+        "mask"_a.none(), "world"_a, "rank"_a, "interleave"_a);
 }
 
 }  // namespace dcpmla::python
