@@ -15,13 +15,15 @@ namespace nb = nanobind;
 namespace dcpmla::python {
 namespace {
 
-// numpy.ndarray, or None where numpy cannot be imported (DLPack arrays still work then).
+// numpy.ndarray, or None where numpy cannot be imported (DLPack arrays still work then). Never
+// released: a static Python reference must not be dropped after the interpreter has finalized.
 nb::handle numpy_array_type() {
-  static nb::object type = []() -> nb::object {
+  static const nb::handle type = []() -> nb::handle {
     try {
-      return nb::module_::import_("numpy").attr("ndarray");
+      nb::object ndarray = nb::module_::import_("numpy").attr("ndarray");
+      return ndarray.release();
     } catch (const nb::python_error&) {
-      return nb::none();
+      return nb::none().release();
     }
   }();
   return type;

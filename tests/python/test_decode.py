@@ -180,3 +180,14 @@ def test_a_nan_key_poisons_exactly_the_rows_that_read_it():
     want_out, want_lse = attend(sc.q64, sc.keys, sc.query_start_loc, sc.seq_lens, SOFTMAX_SCALE)
     keep = [0, 4]
     assert_matches(out[keep], lse[keep], want_out[keep], want_lse[keep])
+
+
+def test_a_batch_of_padding_rows_only():
+    q = np.full((2, 4, 576), np.nan, np.float32)
+    cache = np.full((1, 16, 576), np.nan, np.float32)
+    batch = (np.zeros((0, 1), np.int32), np.array([0]), np.zeros(0, np.int32), SOFTMAX_SCALE)
+    for out, lse in (
+        dcpmla.cpu.mla_decode(q, cache, *batch, num_tokens=2),
+        dcpmla.cpu.dcp_step_simulated(q, [cache] * 2, *batch, num_tokens=2, world=2),
+    ):
+        assert (out == 0).all() and np.isneginf(lse).all()
