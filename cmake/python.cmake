@@ -9,6 +9,11 @@
 # Result: DCPMLA_WITH_PYTHON, Python_EXECUTABLE and the nanobind CMake functions.
 
 set(DCPMLA_WITH_PYTHON OFF)
+# The `python3` first on PATH, the one scripts/install-deps.sh installs the packages into (not a
+# python3.N found earlier in the search).
+if(NOT DEFINED Python_FIND_UNVERSIONED_NAMES)
+  set(Python_FIND_UNVERSIONED_NAMES FIRST)
+endif()
 
 # Finds nanobind through the interpreter (pip installs it as a Python package). A macro, so that
 # what nanobind's package file defines stays in this scope.
