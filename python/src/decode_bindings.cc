@@ -80,12 +80,13 @@ KvCacheRef cache_ref(const Array& cache, double k_scale, const std::string& name
 }
 
 // out [rows, H, 512] (float32 or q's dtype) and lse [rows, H] float32, neither overlapping the
-// other nor an input.
+// other nor an input (q and the caches, named cache_names).
 struct Outputs {
   Array out, lse;
 };
 Outputs outputs_arg(nb::handle out, nb::handle lse, const Array& q,
-                    const std::vector<const Array*>& caches) {
+                    const std::vector<const Array*>& caches,
+                    const std::vector<std::string>& cache_names) {
   const std::int64_t rows = q.tensor.shape[0], H = q.tensor.shape[1];
   Outputs o{array_arg(out, "out", {DType::f32, q.tensor.dtype}, {rows, H, kLatentDim},
                       "[num_tokens, heads, 512]", Access::write),
@@ -93,9 +94,9 @@ Outputs outputs_arg(nb::handle out, nb::handle lse, const Array& q,
   require_disjoint(o.out, "out", o.lse, "lse");
   require_disjoint(q, "q", o.out, "out");
   require_disjoint(q, "q", o.lse, "lse");
-  for (const Array* cache : caches) {
-    require_disjoint(*cache, "kv_cache", o.out, "out");
-    require_disjoint(*cache, "kv_cache", o.lse, "lse");
+  for (std::size_t r = 0; r < caches.size(); ++r) {
+    require_disjoint(*caches[r], cache_names[r], o.out, "out");
+    require_disjoint(*caches[r], cache_names[r], o.lse, "lse");
   }
   return o;
 }
@@ -116,7 +117,7 @@ void mla_decode(nb::handle q, nb::handle kv_cache, nb::handle block_table,
   const Batch batch = read_batch({query_start_loc, seq_lens, num_tokens, mask, block_table});
   const Array query = query_arg(q, batch.rows());
   const Array cache = cache_arg(kv_cache, "kv_cache");
-  const Outputs outputs = outputs_arg(out, lse, query, {&cache});
+  const Outputs outputs = outputs_arg(out, lse, query, {&cache}, {"kv_cache"});
   const KvCacheRef cache_view = cache_ref(cache, k_scale, "kv_cache");
   const PlanConfig config{Sharding{dcp_world_size, dcp_rank, dcp_interleave},
                           int(query.tensor.shape[1]), cache_view.block_size, cache_view.num_blocks,
@@ -202,8 +203,12 @@ void dcp_step_simulated(nb::handle q, nb::handle kv_caches, nb::handle block_tab
             std::to_string(cache_views.back().block_size));
   }
   std::vector<const Array*> cache_arrays;
-  for (const Array& c : caches) cache_arrays.push_back(&c);
-  const Outputs outputs = outputs_arg(out, lse, query, cache_arrays);
+  std::vector<std::string> cache_names;
+  for (int r = 0; r < world; ++r) {
+    cache_arrays.push_back(&caches[std::size_t(r)]);
+    cache_names.push_back(fmt::format("kv_caches[{}]", r));
+  }
+  const Outputs outputs = outputs_arg(out, lse, query, cache_arrays, cache_names);
 
   const int threads_per_rank = std::max(1, hardware_threads() / world);
   std::vector<Plan> plans;

@@ -295,3 +295,12 @@ def test_reference_attend_names_the_bad_argument(case):
         lambda: dcpmla.reference_attend(q, [kv[:20], kv[:8]], starts, lens, 0.1),
     )
     expect(ValueError, "q", lambda: dcpmla.reference_attend(q[:2], kv, starts, lens, 0.1))
+
+
+def test_dcp_step_simulated_refuses_an_output_over_a_rank_cache(case):
+    caches = [case["kv_cache"].astype(np.float32) for _ in range(2)]
+    out = caches[1].reshape(-1)[: 3 * 4 * 512].reshape(3, 4, 512)
+    args = {**step_args(case), "kv_caches": caches, "out": out}
+    expect(ValueError, "out", lambda: dcpmla.cpu.dcp_step_simulated(**args))
+    with pytest.raises(ValueError, match=r"kv_caches\[1\]"):
+        dcpmla.cpu.dcp_step_simulated(**args)
