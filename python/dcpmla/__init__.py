@@ -1,0 +1,33 @@
+"""dcpmla: MLA (DeepSeek latent attention) decode under decode context parallelism (DCP) with
+speculative decoding.
+
+The numpy path runs the library's CPU backend on numpy arrays or any DLPack array, in place:
+
+- ``dcpmla.cpu.mla_decode``: one rank's decode (with W > 1, the rank-local partial result);
+- ``dcpmla.cpu.dcp_step_simulated``: a whole DCP step of W ranks simulated as threads;
+- ``dcpmla.reference_attend``: the library's double-precision reference;
+- sharding helpers: ``dcp_local_seq_lens``, ``slot_mapping``, ``step_positions``, ``row_bounds``.
+
+Semantics: docs/spec.md. Bad arguments raise ValueError (values, shapes, layouts), TypeError
+(dtypes) or RuntimeError (what cannot run), naming the argument; the exception's ``argument``,
+``expected``, ``actual`` and ``kind`` attributes hold the parts of the message.
+"""
+
+from dcpmla import cpu
+from dcpmla._core import HEAD_DIM, LATENT_DIM, ROPE_DIM, Plan, __version__
+from dcpmla.reference import reference_attend
+from dcpmla.sharding import dcp_local_seq_lens, row_bounds, slot_mapping, step_positions
+
+__all__ = [
+    "HEAD_DIM",
+    "LATENT_DIM",
+    "ROPE_DIM",
+    "Plan",
+    "__version__",
+    "cpu",
+    "dcp_local_seq_lens",
+    "reference_attend",
+    "row_bounds",
+    "slot_mapping",
+    "step_positions",
+]
