@@ -163,19 +163,20 @@ Array array_arg(nb::handle object, const std::string& name, std::initializer_lis
   Imported a = import_array(object, name, wanted);
   const nb::ndarray<nb::ro>& view = a.view;
   const std::optional<DType> dtype = a.dtype;
-  require(dtype && std::find(dtypes.begin(), dtypes.end(), *dtype) != dtypes.end(),
-          ErrorCode::dtype_mismatch, name, fmt::format("dtype {}", wanted), a.dtype_name);
+  DCPMLA_REQUIRE(dtype && std::find(dtypes.begin(), dtypes.end(), *dtype) != dtypes.end(),
+                 ErrorCode::dtype_mismatch, name, fmt::format("dtype {}", wanted), a.dtype_name);
 
   const std::vector<std::int64_t>& found = a.shape;
   bool shape_ok = found.size() == shape.size();
   for (std::size_t i = 0; shape_ok && i < shape.size(); ++i) {
     shape_ok = shape[i] < 0 || shape[i] == found[i];
   }
-  require(shape_ok, ErrorCode::shape_mismatch, name,
-          fmt::format("shape {} ({})", tuple_string(shape), layout), tuple_string(found));
+  DCPMLA_REQUIRE(shape_ok, ErrorCode::shape_mismatch, name,
+                 fmt::format("shape {} ({})", tuple_string(shape), layout), tuple_string(found));
 
-  require(view.device_type() == nb::device::cpu::value, ErrorCode::invalid_argument, name,
-          "an array in CPU memory", fmt::format("DLPack device type {}", view.device_type()));
+  DCPMLA_REQUIRE(view.device_type() == nb::device::cpu::value, ErrorCode::invalid_argument, name,
+                 "an array in CPU memory",
+                 fmt::format("DLPack device type {}", view.device_type()));
   std::int64_t numel = 1, expected_stride = 1;
   for (auto d : found) numel *= d;
   bool contiguous = true;
@@ -192,13 +193,14 @@ Array array_arg(nb::handle object, const std::string& name, std::initializer_lis
   }
   const std::size_t element = dtype_size(*dtype);
   const auto address = reinterpret_cast<std::uintptr_t>(view.data());
-  require(numel == 0 || address % element == 0, ErrorCode::invalid_argument, name,
-          fmt::format("data aligned to its {}-byte elements", element),
-          fmt::format("an address {} bytes past a multiple of {}", address % element, element));
+  DCPMLA_REQUIRE(
+      numel == 0 || address % element == 0, ErrorCode::invalid_argument, name,
+      fmt::format("data aligned to its {}-byte elements", element),
+      fmt::format("an address {} bytes past a multiple of {}", address % element, element));
   if (access == Access::write) {
     nb::ndarray<> writable;
-    require(nb::try_cast(a.source, writable, /*convert=*/false), ErrorCode::invalid_argument, name,
-            "a writable array (an output)", "a read-only array");
+    DCPMLA_REQUIRE(nb::try_cast(a.source, writable, /*convert=*/false), ErrorCode::invalid_argument,
+                   name, "a writable array (an output)", "a read-only array");
   }
   return {a.source, a.view, TensorRef(view.data(), *dtype, found)};
 }
@@ -227,9 +229,9 @@ void require_disjoint(const Array& first, const std::string& first_name, const A
   const auto* b = static_cast<const std::uint8_t*>(second.tensor.data);
   const std::size_t a_bytes = first.tensor.bytes(), b_bytes = second.tensor.bytes();
   const bool overlap = a_bytes > 0 && b_bytes > 0 && a < b + b_bytes && b < a + a_bytes;
-  require(!overlap, ErrorCode::invalid_argument, second_name,
-          fmt::format("an array whose memory does not overlap {}", first_name),
-          fmt::format("an array sharing memory with {}", first_name));
+  DCPMLA_REQUIRE(!overlap, ErrorCode::invalid_argument, second_name,
+                 fmt::format("an array whose memory does not overlap {}", first_name),
+                 fmt::format("an array sharing memory with {}", first_name));
 }
 
 nb::tuple array_signature(nb::handle object, const std::string& name) {

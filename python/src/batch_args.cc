@@ -20,17 +20,19 @@ std::vector<Mask> read_masks(nb::handle mask, std::size_t B) {
   if (nb::isinstance<nb::str>(mask)) {
     return std::vector<Mask>(B, parse_mask(nb::cast<std::string>(mask), "mask"));
   }
-  require(nb::isinstance<nb::sequence>(mask), ErrorCode::dtype_mismatch, "mask",
-          "None, 'causal', 'full' or a sequence of them (one per request)", python_type_name(mask));
+  DCPMLA_REQUIRE(nb::isinstance<nb::sequence>(mask), ErrorCode::dtype_mismatch, "mask",
+                 "None, 'causal', 'full' or a sequence of them (one per request)",
+                 python_type_name(mask));
   const std::size_t n = nb::len(mask);
-  require(n == B, ErrorCode::shape_mismatch, "mask",
-          fmt::format("{} entries (one per request of seq_lens)", B), fmt::format("{} entries", n));
+  DCPMLA_REQUIRE(n == B, ErrorCode::shape_mismatch, "mask",
+                 fmt::format("{} entries (one per request of seq_lens)", B),
+                 fmt::format("{} entries", n));
   std::vector<Mask> masks;
   for (std::size_t b = 0; b < B; ++b) {
     const nb::object m = mask[b];
     const std::string name = fmt::format("mask[{}]", b);
-    require(nb::isinstance<nb::str>(m), ErrorCode::dtype_mismatch, name, "'causal' or 'full'",
-            python_type_name(m));
+    DCPMLA_REQUIRE(nb::isinstance<nb::str>(m), ErrorCode::dtype_mismatch, name,
+                   "'causal' or 'full'", python_type_name(m));
     masks.push_back(parse_mask(nb::cast<std::string>(m), name));
   }
   return masks;
@@ -44,40 +46,42 @@ Batch read_batch(const BatchInputs& in) {
   const std::size_t B = lens.size();
   const auto starts = int_values(in.query_start_loc, "query_start_loc", {std::int64_t(B) + 1},
                                  fmt::format("[B + 1]; B = {} requests from seq_lens", B));
-  require(starts[0] == 0, ErrorCode::inconsistent, "query_start_loc[0]", "0",
-          std::to_string(starts[0]));
+  DCPMLA_REQUIRE(starts[0] == 0, ErrorCode::inconsistent, "query_start_loc[0]", "0",
+                 std::to_string(starts[0]));
   Batch batch;
   batch.query_start_loc.push_back(0);
   for (std::size_t b = 0; b < B; ++b) {
-    require(
+    DCPMLA_REQUIRE(
         starts[b + 1] > starts[b] && starts[b + 1] <= kMaxLen, ErrorCode::inconsistent,
         fmt::format("query_start_loc[{}]", b + 1),
         fmt::format("> query_start_loc[{}] = {} (every request has Q >= 1 tokens)", b, starts[b]),
         std::to_string(starts[b + 1]));
     batch.query_start_loc.push_back(std::int32_t(starts[b + 1]));
     const std::int64_t Q = starts[b + 1] - starts[b];
-    require(lens[b] >= Q, ErrorCode::inconsistent, fmt::format("seq_lens[{}]", b),
-            fmt::format(">= its Q = {} query tokens (the global length includes them)", Q),
-            std::to_string(lens[b]));
-    require(lens[b] <= kMaxLen, ErrorCode::out_of_range, fmt::format("seq_lens[{}]", b),
-            fmt::format("<= {}", kMaxLen), std::to_string(lens[b]));
+    DCPMLA_REQUIRE(lens[b] >= Q, ErrorCode::inconsistent, fmt::format("seq_lens[{}]", b),
+                   fmt::format(">= its Q = {} query tokens (the global length includes them)", Q),
+                   std::to_string(lens[b]));
+    DCPMLA_REQUIRE(lens[b] <= kMaxLen, ErrorCode::out_of_range, fmt::format("seq_lens[{}]", b),
+                   fmt::format("<= {}", kMaxLen), std::to_string(lens[b]));
   }
   batch.total_len = lens;
   batch.mask = read_masks(in.mask, B);
   if (in.num_tokens) {
-    require(*in.num_tokens >= batch.real_tokens() && *in.num_tokens <= kMaxLen,
-            ErrorCode::invalid_argument, "num_tokens",
-            fmt::format("None or in [query_start_loc[-1] = {}, {}] (real tokens + padding rows)",
-                        batch.real_tokens(), kMaxLen),
-            std::to_string(*in.num_tokens));
+    DCPMLA_REQUIRE(
+        *in.num_tokens >= batch.real_tokens() && *in.num_tokens <= kMaxLen,
+        ErrorCode::invalid_argument, "num_tokens",
+        fmt::format("None or in [query_start_loc[-1] = {}, {}] (real tokens + padding rows)",
+                    batch.real_tokens(), kMaxLen),
+        std::to_string(*in.num_tokens));
     batch.num_tokens = *in.num_tokens;
   }
   if (!in.block_table.is_none()) {
     const Array table =
         array_arg(in.block_table, "block_table", {DType::i32}, {std::int64_t(B), -1},
                   fmt::format("[B, max_blocks]; B = {} from seq_lens", B));
-    require(table.tensor.shape[1] <= kMaxLen, ErrorCode::out_of_range, "block_table",
-            fmt::format("at most {} columns", kMaxLen), std::to_string(table.tensor.shape[1]));
+    DCPMLA_REQUIRE(table.tensor.shape[1] <= kMaxLen, ErrorCode::out_of_range, "block_table",
+                   fmt::format("at most {} columns", kMaxLen),
+                   std::to_string(table.tensor.shape[1]));
     batch.max_blocks = std::int32_t(table.tensor.shape[1]);
     const auto* ids = table.tensor.as<const std::int32_t>();
     batch.block_table.assign(ids, ids + table.tensor.numel());

@@ -1,4 +1,4 @@
-// Every use of the planner and the decode entry points (Plan, PlanLimits, DecodeArgs, make_plan,
+// Every use of the planner and the decode entry points (Plan, DeviceModel, DecodeArgs, make_plan,
 // Backend::decode, dcp_step) in the Python module, so that a change of their shape is adapted
 // here alone: dcpmla.cpu.mla_decode (one rank's decode), dcpmla.cpu.dcp_step_simulated (W ranks
 // as threads, combined) and the read-only Plan view.
@@ -49,10 +49,15 @@ const ArgumentNames kStepNames = {{"total_len", "seq_lens"},
                                   {"q_local", "q"}};
 
 // Split-KV work items for a CPU backend of `threads` threads.
-PlanLimits cpu_limits(int threads) {
-  PlanLimits limits;
-  limits.target_work_items = cpu_target_work_items(threads);
-  return limits;
+// The model the CPU backend plans for with `threads` threads (Backend::device_model()).
+DeviceModel cpu_model(int threads) {
+  return {threads, 0, 256};
+}
+
+// The block table is on the host here: every id a rank reads is checked before any rank runs.
+Plan checked_plan(const Batch& batch, const PlanConfig& config) {
+  validate_block_ids(batch, config);
+  return make_plan(batch, config);
 }
 
 Array query_arg(nb::handle q, std::int64_t rows) {
@@ -68,11 +73,12 @@ Array cache_arg(nb::handle cache, const std::string& name) {
 // The cache view; k_scale scales an fp8 cache and must be 1 for any other.
 KvCacheRef cache_ref(const Array& cache, double k_scale, const std::string& name) {
   const DType t = cache.tensor.dtype;
-  require(std::isfinite(float(k_scale)) && k_scale > 0, ErrorCode::invalid_argument, "k_scale",
-          "finite and > 0", fmt::format("{}", k_scale));
-  require(t == DType::fp8_e4m3 || k_scale == 1.0, ErrorCode::invalid_argument, "k_scale",
-          fmt::format("1 for a {} cache (it scales float8_e4m3fn caches only)", numpy_name(t)),
-          fmt::format("{}", k_scale));
+  DCPMLA_REQUIRE(std::isfinite(float(k_scale)) && k_scale > 0, ErrorCode::invalid_argument,
+                 "k_scale", "finite and > 0", fmt::format("{}", k_scale));
+  DCPMLA_REQUIRE(
+      t == DType::fp8_e4m3 || k_scale == 1.0, ErrorCode::invalid_argument, "k_scale",
+      fmt::format("1 for a {} cache (it scales float8_e4m3fn caches only)", numpy_name(t)),
+      fmt::format("{}", k_scale));
   const KvCacheRef ref{cache.tensor.data, t, cache.tensor.shape[0], int(cache.tensor.shape[1]),
                        float(k_scale)};
   validate_cache(ref, name);
@@ -120,9 +126,12 @@ void mla_decode(nb::handle q, nb::handle kv_cache, nb::handle block_table,
   const Outputs outputs = outputs_arg(out, lse, query, {&cache}, {"kv_cache"});
   const KvCacheRef cache_view = cache_ref(cache, k_scale, "kv_cache");
   const PlanConfig config{Sharding{dcp_world_size, dcp_rank, dcp_interleave},
-                          int(query.tensor.shape[1]), cache_view.block_size, cache_view.num_blocks,
-                          cpu_limits(hardware_threads())};
-  const Plan plan = with_python_names(kRankNames, [&] { return make_plan(batch, config); });
+                          int(query.tensor.shape[1]),
+                          cache_view.block_size,
+                          cache_view.num_blocks,
+                          cpu_model(hardware_threads()),
+                          0};
+  const Plan plan = with_python_names(kRankNames, [&] { return checked_plan(batch, config); });
 
   DecodeArgs args;
   args.plan = &plan;
@@ -171,23 +180,24 @@ void dcp_step_simulated(nb::handle q, nb::handle kv_caches, nb::handle block_tab
                         nb::handle mask, double k_scale, const std::string& combine, nb::handle out,
                         nb::handle lse) {
   const Combine how = parse_combine(combine, "combine");
-  require(world >= 1, ErrorCode::invalid_argument, "world", ">= 1", std::to_string(world));
+  DCPMLA_REQUIRE(world >= 1, ErrorCode::invalid_argument, "world", ">= 1", std::to_string(world));
   const Batch batch = read_batch({query_start_loc, seq_lens, num_tokens, mask, block_table});
   const std::int64_t rows = batch.rows();
   const Array query = query_arg(q, rows);
   const std::int64_t H = query.tensor.shape[1], Hl = H / world;
-  require(H % world == 0, ErrorCode::shape_mismatch, "q",
-          fmt::format("a head count divisible by world {} (rank r owns heads [r*H/W, (r+1)*H/W))",
-                      world),
-          fmt::format("{} heads", H));
+  DCPMLA_REQUIRE(
+      H % world == 0, ErrorCode::shape_mismatch, "q",
+      fmt::format("a head count divisible by world {} (rank r owns heads [r*H/W, (r+1)*H/W))",
+                  world),
+      fmt::format("{} heads", H));
 
-  require(nb::isinstance<nb::sequence>(kv_caches) && !nb::isinstance<nb::str>(kv_caches),
-          ErrorCode::dtype_mismatch, "kv_caches", "a sequence of arrays, one cache per rank",
-          python_type_name(kv_caches));
+  DCPMLA_REQUIRE(nb::isinstance<nb::sequence>(kv_caches) && !nb::isinstance<nb::str>(kv_caches),
+                 ErrorCode::dtype_mismatch, "kv_caches", "a sequence of arrays, one cache per rank",
+                 python_type_name(kv_caches));
   const std::size_t num_caches = nb::len(kv_caches);
-  require(num_caches == std::size_t(world), ErrorCode::shape_mismatch, "kv_caches",
-          fmt::format("{} caches (one per rank of world {})", world, world),
-          fmt::format("{} caches", num_caches));
+  DCPMLA_REQUIRE(num_caches == std::size_t(world), ErrorCode::shape_mismatch, "kv_caches",
+                 fmt::format("{} caches (one per rank of world {})", world, world),
+                 fmt::format("{} caches", num_caches));
   std::vector<Array> caches;
   std::vector<KvCacheRef> cache_views;
   for (int r = 0; r < world; ++r) {
@@ -195,12 +205,12 @@ void dcp_step_simulated(nb::handle q, nb::handle kv_caches, nb::handle block_tab
     caches.push_back(cache_arg(nb::borrow<nb::sequence>(kv_caches)[r], name));
     cache_views.push_back(cache_ref(caches.back(), k_scale, name));
     const KvCacheRef& first = cache_views.front();
-    require(cache_views.back().dtype == first.dtype, ErrorCode::dtype_mismatch, name,
-            fmt::format("dtype {} (as kv_caches[0])", numpy_name(first.dtype)),
-            numpy_name(cache_views.back().dtype));
-    require(cache_views.back().block_size == first.block_size, ErrorCode::shape_mismatch, name,
-            fmt::format("block size {} (as kv_caches[0])", first.block_size),
-            std::to_string(cache_views.back().block_size));
+    DCPMLA_REQUIRE(cache_views.back().dtype == first.dtype, ErrorCode::dtype_mismatch, name,
+                   fmt::format("dtype {} (as kv_caches[0])", numpy_name(first.dtype)),
+                   numpy_name(cache_views.back().dtype));
+    DCPMLA_REQUIRE(cache_views.back().block_size == first.block_size, ErrorCode::shape_mismatch,
+                   name, fmt::format("block size {} (as kv_caches[0])", first.block_size),
+                   std::to_string(cache_views.back().block_size));
   }
   std::vector<const Array*> cache_arrays;
   std::vector<std::string> cache_names;
@@ -213,9 +223,11 @@ void dcp_step_simulated(nb::handle q, nb::handle kv_caches, nb::handle block_tab
   const int threads_per_rank = std::max(1, hardware_threads() / world);
   std::vector<Plan> plans;
   for (int r = 0; r < world; ++r) {
-    const PlanConfig config{Sharding{world, r, dcp_interleave}, int(H), cache_views[0].block_size,
-                            cache_views[std::size_t(r)].num_blocks, cpu_limits(threads_per_rank)};
-    plans.push_back(with_python_names(kStepNames, [&] { return make_plan(batch, config); }));
+    const PlanConfig config{
+        Sharding{world, r, dcp_interleave}, int(H),
+        cache_views[0].block_size,          cache_views[std::size_t(r)].num_blocks,
+        cpu_model(threads_per_rank),        0};
+    plans.push_back(with_python_names(kStepNames, [&] { return checked_plan(batch, config); }));
   }
 
   const DType q_dtype = query.tensor.dtype, out_dtype = outputs.out.tensor.dtype;
@@ -288,14 +300,18 @@ PlanView make_plan_view(nb::handle block_table, nb::handle query_start_loc, nb::
                         std::optional<std::int64_t> num_tokens, int dcp_world_size, int dcp_rank,
                         int dcp_interleave, nb::handle mask) {
   const Batch batch = read_batch({query_start_loc, seq_lens, num_tokens, mask, block_table});
-  const PlanConfig config{Sharding{dcp_world_size, dcp_rank, dcp_interleave}, num_heads, block_size,
-                          num_blocks, cpu_limits(hardware_threads())};
+  const PlanConfig config{Sharding{dcp_world_size, dcp_rank, dcp_interleave},
+                          num_heads,
+                          block_size,
+                          num_blocks,
+                          cpu_model(hardware_threads()),
+                          0};
   const ArgumentNames names = {{"total_len", "seq_lens"},
                                {"max_blocks", "block_table"},
                                {"world", "dcp_world_size"},
                                {"rank", "dcp_rank"},
                                {"interleave", "dcp_interleave"}};
-  return {with_python_names(names, [&] { return make_plan(batch, config); })};
+  return {with_python_names(names, [&] { return checked_plan(batch, config); })};
 }
 
 }  // namespace

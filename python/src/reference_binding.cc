@@ -42,21 +42,22 @@ nb::tuple reference_attend(Float64Array q, std::vector<Float64Array> kv, nb::han
   const Batch& batch = problem.batch;
   const std::int64_t rows = batch.rows();
   const auto q_shape = shape_of(q);
-  require(q_shape.size() == 3 && q_shape[0] == rows && q_shape[1] >= 1 && q_shape[2] == kHeadDim,
-          ErrorCode::shape_mismatch, "q",
-          fmt::format("shape ({}, *, {}) ([num_tokens, heads, 576]; num_tokens = {})", rows,
-                      kHeadDim, rows),
-          tuple_string(q_shape));
-  require(std::isfinite(softmax_scale) && softmax_scale > 0, ErrorCode::invalid_argument,
-          "softmax_scale", "finite and > 0", fmt::format("{}", softmax_scale));
-  require(kv.size() == std::size_t(batch.num_requests()), ErrorCode::shape_mismatch, "kv",
-          fmt::format("{} arrays (one per request of seq_lens)", batch.num_requests()),
-          fmt::format("{} arrays", kv.size()));
+  DCPMLA_REQUIRE(
+      q_shape.size() == 3 && q_shape[0] == rows && q_shape[1] >= 1 && q_shape[2] == kHeadDim,
+      ErrorCode::shape_mismatch, "q",
+      fmt::format("shape ({}, *, {}) ([num_tokens, heads, 576]; num_tokens = {})", rows, kHeadDim,
+                  rows),
+      tuple_string(q_shape));
+  DCPMLA_REQUIRE(std::isfinite(softmax_scale) && softmax_scale > 0, ErrorCode::invalid_argument,
+                 "softmax_scale", "finite and > 0", fmt::format("{}", softmax_scale));
+  DCPMLA_REQUIRE(kv.size() == std::size_t(batch.num_requests()), ErrorCode::shape_mismatch, "kv",
+                 fmt::format("{} arrays (one per request of seq_lens)", batch.num_requests()),
+                 fmt::format("{} arrays", kv.size()));
   for (std::size_t b = 0; b < kv.size(); ++b) {
     const std::vector<std::int64_t> want{batch.total_len[b], kHeadDim};
-    require(shape_of(kv[b]) == want, ErrorCode::shape_mismatch, fmt::format("kv[{}]", b),
-            fmt::format("shape {} ([seq_lens[{}], 576])", tuple_string(want), b),
-            tuple_string(shape_of(kv[b])));
+    DCPMLA_REQUIRE(shape_of(kv[b]) == want, ErrorCode::shape_mismatch, fmt::format("kv[{}]", b),
+                   fmt::format("shape {} ([seq_lens[{}], 576])", tuple_string(want), b),
+                   tuple_string(shape_of(kv[b])));
   }
   problem.num_heads = int(q_shape[1]);
   problem.softmax_scale = softmax_scale;

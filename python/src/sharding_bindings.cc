@@ -36,8 +36,8 @@ nb::object local_seq_lens(nb::handle seq_lens, int world, std::optional<int> ran
   const Sharding sh = sharding_of(world, rank.value_or(0), interleave);
   const std::size_t B = lens.size(), ranks = rank ? 1 : std::size_t(world);
   for (std::size_t b = 0; b < B; ++b) {
-    require(lens[b] >= 0, ErrorCode::invalid_argument, fmt::format("seq_lens[{}]", b), ">= 0",
-            std::to_string(lens[b]));
+    DCPMLA_REQUIRE(lens[b] >= 0, ErrorCode::invalid_argument, fmt::format("seq_lens[{}]", b),
+                   ">= 0", std::to_string(lens[b]));
   }
   std::vector<std::int64_t> local(B * ranks);
   for (std::size_t b = 0; b < B; ++b) {
@@ -59,8 +59,8 @@ nb::object local_seq_lens(nb::handle seq_lens, int world, std::optional<int> ran
 // position or req_indices[i] is -1 (a padding row).
 nb::object slot_mapping(nb::handle block_table, nb::handle req_indices, nb::handle positions,
                         int block_size, int world, int rank, int interleave) {
-  require(block_size >= 1, ErrorCode::invalid_argument, "block_size", ">= 1",
-          std::to_string(block_size));
+  DCPMLA_REQUIRE(block_size >= 1, ErrorCode::invalid_argument, "block_size", ">= 1",
+                 std::to_string(block_size));
   const Sharding sh{world, rank, interleave};
   sh.validate(block_size);
   const Array table =
@@ -74,12 +74,12 @@ nb::object slot_mapping(nb::handle block_table, nb::handle req_indices, nb::hand
   for (std::int64_t i = 0; i < n; ++i) {
     const auto b = requests[std::size_t(i)];
     if (b == -1) continue;
-    require(b >= 0 && b < B, ErrorCode::out_of_range, fmt::format("req_indices[{}]", i),
-            fmt::format("-1 (padding) or a request in [0, {}) (block_table rows)", B),
-            std::to_string(b));
+    DCPMLA_REQUIRE(b >= 0 && b < B, ErrorCode::out_of_range, fmt::format("req_indices[{}]", i),
+                   fmt::format("-1 (padding) or a request in [0, {}) (block_table rows)", B),
+                   std::to_string(b));
     const auto p = pos[std::size_t(i)];
-    require(p >= 0, ErrorCode::invalid_argument, fmt::format("positions[{}]", i), ">= 0",
-            std::to_string(p));
+    DCPMLA_REQUIRE(p >= 0, ErrorCode::invalid_argument, fmt::format("positions[{}]", i), ">= 0",
+                   std::to_string(p));
     try {
       slots[std::size_t(i)] = sh.slot(p, {ids + b * columns, std::size_t(columns)}, block_size);
     } catch (const Error& e) {
