@@ -98,6 +98,19 @@ if command -v compute-sanitizer > /dev/null; then
     build-gpu/tests/cuda/cuda_backend_test --gtest_filter="$filter" 2>&1 |
     tee "$OUT/memcheck.log" | tail -15
   [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "FAIL: memcheck"; }
+  log "compute-sanitizer memcheck and racecheck of the GPU planner (faults, graphs of schedules)"
+  planner='CudaSchedule.BadDeviceBatchFaultsAndPoisonsEveryRow'
+  timeout "$(cap 90)" compute-sanitizer --tool memcheck --error-exitcode 3 \
+    build-gpu/tests/cuda/cuda_schedule_graph_test \
+    --gtest_filter="$planner:CudaSchedule.GraphsOfSeveralSchedulesReplayInAnyOrder" 2>&1 |
+    tee "$OUT/memcheck_planner.log" | tail -6
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "FAIL: memcheck of the planner"; }
+  # The planner's shared-memory scans and sort, on every random batch (no decode kernels run).
+  timeout "$(cap 120)" compute-sanitizer --tool racecheck --error-exitcode 3 \
+    build-gpu/tests/cuda/cuda_schedule_graph_test \
+    --gtest_filter="CudaSchedule.DevicePlanEqualsHostPlanOnRandomBatches" 2>&1 |
+    tee "$OUT/racecheck_planner.log" | tail -6
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "FAIL: racecheck of the planner"; }
   log "compute-sanitizer racecheck (one small decode)"
   timeout "$(cap 60)" compute-sanitizer --tool racecheck --error-exitcode 3 \
     build-gpu/tests/cuda/cuda_backend_test \
