@@ -82,6 +82,8 @@ best = {}  # (shape) -> {variant: best median over the runs}
 for v in variants:
     for path in sorted(glob.glob(f"{out}/{v}_r*.json")):
         for r in json.load(open(path)).get("results", []):
+            if "L_local" not in r:  # not a decode shape (e.g. device_planning)
+                continue
             key = (r["group"], r["B"], r["L_local"], r["H"], r["rows"], r["form"], r.get("kv_dtype"),
                    r.get("block_size"), r.get("scores"), r["world"])
             cur = best.setdefault(key, {})

@@ -47,6 +47,8 @@ struct Scratch {
   std::int64_t* position;        // [requests] (tail cut) first work item in request order
   std::uint64_t* keys;           // [sort_capacity]
   std::int64_t* item_first;      // [work_items] first work item of each split, launch order
+  std::int32_t* split_request;   // [work_items] the request of each split (request order)
+  std::uint64_t* costs;          // [kMaxCandidates] chunk_cost, ~0 where over the limits
   std::int64_t* candidates;      // [2 * kMaxCandidates]: chunks; the count and the choice last
   std::int64_t* candidate_sums;  // [2 * kMaxCandidates]: work items, split pairs
 };
@@ -71,7 +73,9 @@ DCPMLA_HD std::size_t scratch_bytes(std::int64_t requests, std::int64_t work_ite
   const std::size_t r = std::size_t(requests);
   return align16(r * 4) * 2 + align16(r * 8) * 7 +
          align16(std::size_t(sort_capacity(requests, work_items)) * 8) +
-         align16(std::size_t(work_items) * 8) + 2 * align16(std::size_t(2 * kMaxCandidates) * 8);
+         align16(std::size_t(work_items) * 8) + align16(std::size_t(work_items) * 4) +
+         align16(std::size_t(kMaxCandidates) * 8) +
+         2 * align16(std::size_t(2 * kMaxCandidates) * 8);
 }
 DCPMLA_HD Scratch scratch_view(std::byte* p, std::int64_t requests, std::int64_t work_items) {
   const std::size_t r = std::size_t(requests);
@@ -93,6 +97,8 @@ DCPMLA_HD Scratch scratch_view(std::byte* p, std::int64_t requests, std::int64_t
   s.keys =
       reinterpret_cast<std::uint64_t*>(take(std::size_t(sort_capacity(requests, work_items)) * 8));
   s.item_first = reinterpret_cast<std::int64_t*>(take(std::size_t(work_items) * 8));
+  s.split_request = reinterpret_cast<std::int32_t*>(take(std::size_t(work_items) * 4));
+  s.costs = reinterpret_cast<std::uint64_t*>(take(std::size_t(kMaxCandidates) * 8));
   s.candidates = reinterpret_cast<std::int64_t*>(take(std::size_t(2 * kMaxCandidates) * 8));
   s.candidate_sums = reinterpret_cast<std::int64_t*>(take(std::size_t(2 * kMaxCandidates) * 8));
   return s;
@@ -255,29 +261,24 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
           return rules::SplitTerms{t.work_items, t.split_pairs};
         },
         s.candidate_sums);
-    ex.serial([&] {
-      // The unsplit candidate always counts (split_policy.cc).
-      auto feasible = [&](std::int64_t k) {
-        return k == 0 || rules::within_limits(s.candidate_sums[2 * k], s.candidate_sums[2 * k + 1],
-                                              a.num_heads, a.max_work_items, a.max_partial_rows);
-      };
-      auto cost = [&](std::int64_t k) {
-        return rules::chunk_cost(s.candidates[k], longest, a.block_size, s.candidate_sums[2 * k],
-                                 s.candidate_sums[2 * k + 1], a.workers);
-      };
-      unsigned __int128 best = cost(0);
-      for (std::int64_t k = 1; k < count; ++k) {
-        if (feasible(k) && cost(k) < best) best = cost(k);
-      }
-      std::int64_t chosen = longest;
-      for (std::int64_t k = 0; k < count; ++k) {
-        if (feasible(k) && cost(k) * 100 <= best * rules::kTolerancePercent) {
-          chosen = s.candidates[k];
-          break;
-        }
-      }
-      s.candidates[2 * kMaxCandidates - 2] = chosen;
+    // Each candidate's cost (~0 where it breaks the limits; the unsplit one always counts, as in
+    // split_policy.cc), the best, then the first within 2 % of it: all in parallel.
+    constexpr std::uint64_t kOut = ~std::uint64_t(0);
+    ex.parallel(count, [&](std::int64_t k) {
+      const std::int64_t items = s.candidate_sums[2 * k], pairs = s.candidate_sums[2 * k + 1];
+      const bool feasible = k == 0 || rules::within_limits(items, pairs, a.num_heads,
+                                                           a.max_work_items, a.max_partial_rows);
+      s.costs[k] = feasible ? rules::chunk_cost(s.candidates[k], longest, a.block_size, items,
+                                                pairs, a.workers)
+                            : kOut;
     });
+    const std::uint64_t best = ex.min_u64(count, [&](std::int64_t k) { return s.costs[k]; });
+    const std::uint64_t first = ex.min_u64(count, [&](std::int64_t k) {
+      return s.costs[k] != kOut && s.costs[k] * 100 <= best * rules::kTolerancePercent
+                 ? std::uint64_t(k)
+                 : kOut;
+    });
+    ex.serial([&] { s.candidates[2 * kMaxCandidates - 2] = s.candidates[first]; });
     chunk = s.candidates[2 * kMaxCandidates - 2];
   }
   ex.parallel(B, [&](std::int64_t b) { s.chunk[b] = chunk; });
@@ -324,6 +325,7 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
       const std::int32_t visible = rules::visible_end(bounds, 0, Q * H, int(H), begin, end);
       s.keys[s.split_first[b] + i] =
           rules::order_key(rules::walk_tiles(begin, visible), s.split_first[b] + i);
+      s.split_request[s.split_first[b] + i] = std::int32_t(b);
     }
     if (n == 1) return;
     for (std::int64_t j = 0; j < Q; ++j) {
@@ -334,51 +336,33 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
   });
   ex.sort(s.keys, num_splits);
 
-  // The request of split index x (split_first ascends): a binary search.
-  auto split_request = [&](std::int64_t x) {
-    std::int64_t lo = 0, hi = B - 1;
-    while (lo < hi) {
-      const std::int64_t mid = (lo + hi + 1) / 2;
-      if (s.split_first[mid] <= x)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    return lo;
-  };
   auto sorted_index = [&](std::int64_t k) { return std::int64_t(s.keys[k] & 0xffffffffu); };
   ex.exclusive_scan(
-      num_splits, [&](std::int64_t k) { return s.tiles[split_request(sorted_index(k))]; },
+      num_splits, [&](std::int64_t k) { return s.tiles[s.split_request[sorted_index(k)]]; },
       s.item_first);
-  // Work items: each finds its split (item_first ascends) and its place in it.
-  ex.parallel(items, [&](std::int64_t t) {
-    std::int64_t lo = 0, hi = num_splits - 1;
-    while (lo < hi) {
-      const std::int64_t mid = (lo + hi + 1) / 2;
-      if (s.item_first[mid] <= t)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    const std::int64_t index = sorted_index(lo);
-    const std::int64_t b = split_request(index), i = index - s.split_first[b];
+  // Work items: each split in launch order writes its items.
+  ex.parallel(num_splits, [&](std::int64_t k) {
+    const std::int64_t index = sorted_index(k);
+    const std::int64_t b = s.split_request[index], i = index - s.split_first[b];
     const std::int64_t Q = s.q[b], start = a.query_start_loc[b];
     const std::int64_t chunk_tokens = s.chunk[b] * a.block_size;
     const auto begin = std::int32_t(i * chunk_tokens);
     const auto end = std::int32_t(rules::min64(s.local[b], (i + 1) * chunk_tokens));
     const std::int64_t pairs = Q * H;
     const std::int64_t step = a.tile_pairs > 0 ? a.tile_pairs : pairs;
-    const std::int64_t pb = (t - s.item_first[lo]) * step;
-    const std::int64_t np = rules::min64(step, pairs - pb);
-    const bool split = splits(b) > 1;
-    v.items[t] = {std::int32_t(b),
-                  std::int32_t(start),
-                  std::int32_t(pb),
-                  std::int32_t(np),
-                  begin,
-                  end,
-                  rules::visible_end(v.row_bound + start, pb, np, int(H), begin, end),
-                  split ? std::int32_t(s.partial_first[b] + i * Q) : -1};
+    const std::int32_t partial = splits(b) > 1 ? std::int32_t(s.partial_first[b] + i * Q) : -1;
+    WorkItem* out = v.items + s.item_first[k];
+    for (std::int64_t pb = 0; pb < pairs; pb += step, ++out) {
+      const std::int64_t np = rules::min64(step, pairs - pb);
+      *out = {std::int32_t(b),
+              std::int32_t(start),
+              std::int32_t(pb),
+              std::int32_t(np),
+              begin,
+              end,
+              rules::visible_end(v.row_bound + start, pb, np, int(H), begin, end),
+              partial};
+    }
   });
   ex.serial([&] {
     ScheduleHeader& h = *v.header;

@@ -78,14 +78,17 @@ DCPMLA_HD Candidate next_candidate(Candidate c, std::int64_t longest, std::int64
 
 // The cost of one chunk in thousandths of a token of one work item's walk: waves of work items
 // x (the longest item's tokens + the fixed cost), plus what splitting costs beyond that.
-// work_items / split_pairs are sums over the requests of split_terms.
-DCPMLA_HD unsigned __int128 chunk_cost(std::int64_t chunk_blocks, std::int64_t longest,
-                                       int block_size, std::int64_t work_items,
-                                       std::int64_t split_pairs, int workers) {
+// work_items / split_pairs are sums over the requests of split_terms. Saturates at kCostCap, so
+// that cost x 100 and cap x kTolerancePercent stay within 64 bits (only absurd batches reach it,
+// and then alike on the host and the device).
+inline constexpr std::uint64_t kCostCap = ~std::uint64_t(0) / 128;
+DCPMLA_HD std::uint64_t chunk_cost(std::int64_t chunk_blocks, std::int64_t longest, int block_size,
+                                   std::int64_t work_items, std::int64_t split_pairs, int workers) {
   const std::int64_t waves = ceil_div(work_items, workers);
   const std::int64_t walk = min64(chunk_blocks, longest) * block_size + kFixedTokens;
-  return (unsigned __int128)(waves)*std::uint64_t(walk) * kMilli +
-         (unsigned __int128)(split_pairs)*kSplitPairMilli;
+  const unsigned __int128 cost = (unsigned __int128)(waves)*std::uint64_t(walk) * kMilli +
+                                 (unsigned __int128)(split_pairs)*kSplitPairMilli;
+  return cost > kCostCap ? kCostCap : std::uint64_t(cost);
 }
 
 // One request's share of chunk_cost's sums: its work items and, when split, its split pairs.

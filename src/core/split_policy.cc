@@ -17,10 +17,10 @@ std::int64_t batch_chunk(const SplitInputs& in, const PlanConfig& config, std::i
   const std::size_t B = in.q.size();
   struct Option {
     std::int64_t chunk;
-    unsigned __int128 cost;
+    std::uint64_t cost;
   };
   std::vector<Option> options;
-  unsigned __int128 best = 0;
+  std::uint64_t best = 0;
   for (rules::Candidate c{longest, 1}; c.chunk_blocks > 0;
        c = rules::next_candidate(c, longest, min_chunk, S)) {
     std::int64_t items = 0, split_pairs = 0;

@@ -654,7 +654,8 @@ TEST(CudaBackend, InvalidDeviceBlockIdsReadNoMemory) {
     bad.block_table[2] = -5;       // request 0, third block
     // The plan comes from the valid batch; only the device copy of the table is bad.
     const Sharding sh{spec.world, 0, spec.interleave};
-    const Plan plan = make_plan(sc.batch, {sh, spec.heads, spec.block_size, sc.num_blocks, {}});
+    const Plan plan = make_plan(
+        sc.batch, {sh, spec.heads, spec.block_size, sc.num_blocks, gpu_testing::kNoSplitModel});
     const std::int64_t rows = sc.batch.rows();
     KvCacheRef cache{nullptr, kv, sc.num_blocks, spec.block_size, 1.0f};
     DeviceBuffer dcache(*be, cache.bytes());
@@ -684,7 +685,8 @@ TEST(CudaBackend, RejectsBadArgumentsBeforeLaunching) {
   spec.heads = 4;
   spec.world = 1;
   const testing::Scenario sc = custom_scenario(spec, {2}, {100});
-  const Plan plan = make_plan(sc.batch, {{1, 0, 1}, 4, spec.block_size, sc.num_blocks, {}});
+  const Plan plan = make_plan(
+      sc.batch, {{1, 0, 1}, 4, spec.block_size, sc.num_blocks, gpu_testing::kNoSplitModel});
   const std::int64_t rows = sc.batch.rows();
   KvCacheRef cache{nullptr, DType::bf16, sc.num_blocks, spec.block_size, 1.0f};
   DeviceBuffer dcache(*be, cache.bytes());

@@ -217,8 +217,10 @@ TEST(CudaSchedule, DevicePlanEqualsHostPlanOnRandomBatches) {
       const auto Q = uniform(rng, 1, 8);
       b.query_start_loc.push_back(b.query_start_loc.back() + std::int32_t(Q));
       b.total_len.push_back(uniform(rng, Q, std::max<std::int64_t>(Q, uniform(rng, Q, max_t))));
-      max_blocks = std::max(
-          max_blocks, std::int32_t((config.sharding.local_len(b.total_len.back()) + bs - 1) / bs));
+      // Rank 0 holds the most of every request: the plan's blocks_per_request.
+      const Sharding fullest{config.sharding.world, 0, config.sharding.interleave};
+      max_blocks =
+          std::max(max_blocks, std::int32_t((fullest.local_len(b.total_len.back()) + bs - 1) / bs));
     }
     b.num_tokens = uniform(rng, 0, 2) == 0 ? b.real_tokens() + uniform(rng, 0, 5) : -1;
     const auto cap = capacity_for_limits(config, B, b.rows(), max_blocks);
