@@ -5,6 +5,8 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -195,7 +197,10 @@ TEST(CudaSchedule, DevicePlanEqualsHostPlanOnRandomBatches) {
     return *(v.begin() + uniform(rng, 0, std::int64_t(v.size()) - 1));
   };
   int split = 0, skipped = 0;
-  for (int i = 0; i < 2000; ++i) {
+  // DCPMLA_RANDOM_BATCHES lowers the count for slow runs (compute-sanitizer racecheck).
+  const char* count_env = std::getenv("DCPMLA_RANDOM_BATCHES");
+  const int count = count_env ? std::max(1, std::atoi(count_env)) : 2000;
+  for (int i = 0; i < count; ++i) {
     PlanConfig config;
     const int W = pick({1, 2, 4, 8});
     const int bs = pick({16, 32, 64});
@@ -257,8 +262,11 @@ TEST(CudaSchedule, DevicePlanEqualsHostPlanOnRandomBatches) {
     ASSERT_TRUE(sched.status(nullptr).ok());
     split += plan.max_splits > 1;
   }
-  EXPECT_GT(split, 150);
-  EXPECT_LT(skipped, 200);
+  // The coverage the full count reaches: splits, and few batches over the sortable size.
+  if (count == 2000) {
+    EXPECT_GT(split, 150);
+    EXPECT_LT(skipped, 200);
+  }
 }
 
 // (3) Every rule of bad device input: its fault and request through Schedule::status, NaN in
