@@ -5,11 +5,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define DCPMLA_HD __host__ __device__ __forceinline__
-#else
-#define DCPMLA_HD inline
-#endif
+#include "dcpmla/numeric.h"  // DCPMLA_HD
 
 namespace dcpmla::rules {
 

@@ -169,23 +169,34 @@ Plan make_plan(const Batch& batch, const PlanConfig& config) {
                         first_partial < 0 ? -1 : std::int32_t(first_partial + s * Q)});
     }
   }
-  std::sort(splits.begin(), splits.end(),
-            [](const Split& a, const Split& b) { return a.key < b.key; });
+  // Launch order: the keys alone (each holds its split's index) sort faster than the records.
+  std::vector<std::uint64_t> order(splits.size());
+  for (std::size_t i = 0; i < splits.size(); ++i) order[i] = splits[i].key;
+  std::sort(order.begin(), order.end());
 
   const std::int64_t tile_pairs = config.model.tile_pairs;
   std::int64_t items = 0;
   for (const Split& s : splits) items += in.tiles[s.request];
-  plan.work.reserve(std::size_t(items));
-  for (const Split& s : splits) {
+  plan.work.resize(std::size_t(items));
+  WorkItem* out = plan.work.data();
+  for (const std::uint64_t key : order) {
+    const Split& s = splits[key & 0xffffffffu];
     const std::int32_t row_begin = batch.query_start_loc[s.request];
-    const std::int64_t pairs = std::int64_t(in.q[s.request]) * H;
-    const std::int64_t step = tile_pairs > 0 ? tile_pairs : pairs;
+    const std::int32_t pairs = in.q[s.request] * H;
+    const std::int32_t step = tile_pairs > 0 ? std::int32_t(tile_pairs) : pairs;
     const std::int32_t* bounds = plan.row_local_bound.data() + row_begin;
-    for (std::int64_t pb = 0; pb < pairs; pb += step) {
-      const std::int64_t np = std::min(step, pairs - pb);
-      plan.work.push_back({s.request, row_begin, std::int32_t(pb), std::int32_t(np), s.kv_begin,
-                           s.kv_end, rules::visible_end(bounds, pb, np, H, s.kv_begin, s.kv_end),
-                           s.partial_row});
+    // rules::visible_end with the item's first row kept as a running (row, head) position
+    // instead of divisions.
+    std::int32_t row = 0, head = 0;
+    for (std::int32_t pb = 0; pb < pairs; pb += step, ++out) {
+      const std::int32_t np = std::min(step, pairs - pb);
+      const std::int32_t last = row + (head + np - 1) / H;
+      std::int32_t visible = s.kv_begin;
+      for (std::int32_t j = row; j <= last; ++j)
+        visible = std::max(visible, std::min(bounds[j], s.kv_end));
+      *out = {s.request, row_begin, pb, np, s.kv_begin, s.kv_end, visible, s.partial_row};
+      head += step;
+      while (head >= H) head -= H, ++row;
     }
   }
   // decode_workspace_bytes must not wrap around (a backend would under-allocate).
