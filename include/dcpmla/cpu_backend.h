@@ -10,7 +10,4 @@ namespace dcpmla {
 // threads <= 0: one per hardware thread.
 std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
 
-// Work items a CPU plan should aim for so that `threads` threads stay busy.
-int cpu_target_work_items(int threads);
-
 }  // namespace dcpmla

@@ -87,8 +87,4 @@ std::unique_ptr<Backend> make_cpu_backend(int threads) {
   return std::make_unique<CpuBackend>(resolve_threads(threads));
 }
 
-int cpu_target_work_items(int threads) {
-  return 4 * resolve_threads(threads);
-}
-
 }  // namespace dcpmla
