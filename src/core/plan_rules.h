@@ -128,21 +128,16 @@ DCPMLA_HD std::int64_t row_local_bound(std::int64_t T, std::int64_t Q, std::int6
 }
 
 // Visible end of the item of pairs [pair_begin, pair_begin + num_pairs) of a request split
-// [kv_begin, kv_end): max over its rows of min(row bound, kv_end), at least kv_begin.
-// row_bound points at the request's first row.
+// [kv_begin, kv_end): max over its rows of min(row bound, kv_end), at least kv_begin. A request's
+// row bounds never decrease (causal rows see one more position each; full rows all see T), so
+// the max is its last row's. row_bound points at the request's first row.
 DCPMLA_HD std::int32_t visible_end(const std::int32_t* row_bound, std::int64_t pair_begin,
                                    std::int64_t num_pairs, int num_heads, std::int32_t kv_begin,
                                    std::int32_t kv_end) {
-  std::int32_t visible = kv_begin;
-  // A request's pairs fit 31 bits (make_plan checks Q x H): 32-bit divisions.
-  const auto H = std::uint32_t(num_heads);
-  const std::uint32_t first = std::uint32_t(pair_begin) / H;
-  const std::uint32_t last = std::uint32_t(pair_begin + num_pairs - 1) / H;
-  for (std::uint32_t j = first; j <= last; ++j) {
-    const std::int32_t b = row_bound[j] < kv_end ? row_bound[j] : kv_end;
-    visible = b > visible ? b : visible;
-  }
-  return visible;
+  // A request's pairs fit 31 bits (make_plan checks Q x H): a 32-bit division.
+  const std::uint32_t last = std::uint32_t(pair_begin + num_pairs - 1) / std::uint32_t(num_heads);
+  const std::int32_t bound = row_bound[last] < kv_end ? row_bound[last] : kv_end;
+  return bound > kv_begin ? bound : kv_begin;
 }
 
 // The walk of an item in tiles of kTileKeys keys: the launch order's sort key.

@@ -185,18 +185,16 @@ Plan make_plan(const Batch& batch, const PlanConfig& config) {
     const std::int32_t pairs = in.q[s.request] * H;
     const std::int32_t step = tile_pairs > 0 ? std::int32_t(tile_pairs) : pairs;
     const std::int32_t* bounds = plan.row_local_bound.data() + row_begin;
-    // rules::visible_end with the item's first row kept as a running (row, head) position
-    // instead of divisions.
-    std::int32_t row = 0, head = 0;
     for (std::int32_t pb = 0; pb < pairs; pb += step, ++out) {
       const std::int32_t np = std::min(step, pairs - pb);
-      const std::int32_t last = row + (head + np - 1) / H;
-      std::int32_t visible = s.kv_begin;
-      for (std::int32_t j = row; j <= last; ++j)
-        visible = std::max(visible, std::min(bounds[j], s.kv_end));
-      *out = {s.request, row_begin, pb, np, s.kv_begin, s.kv_end, visible, s.partial_row};
-      head += step;
-      while (head >= H) head -= H, ++row;
+      *out = {s.request,
+              row_begin,
+              pb,
+              np,
+              s.kv_begin,
+              s.kv_end,
+              rules::visible_end(bounds, pb, np, H, s.kv_begin, s.kv_end),
+              s.partial_row};
     }
   }
   // decode_workspace_bytes must not wrap around (a backend would under-allocate).

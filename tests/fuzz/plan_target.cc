@@ -194,6 +194,30 @@ Batch decode_batch(dcpmla::fuzz::ByteReader& in, PlanConfig& c) {
 
 // The plan against the slow, obvious definitions (Sharding::local_len, SPEC's row bounds) and
 // plan.h's promises on work items (tiles of pairs, launch order) and merge rows.
+// Maximum of v over [first, last] in O(1) after O(n log n) set-up (a sparse table).
+class RangeMax {
+ public:
+  explicit RangeMax(const std::vector<std::int32_t>& v) : levels_{v} {
+    for (std::size_t width = 2; width <= v.size(); width *= 2) {
+      const auto& prev = levels_.back();
+      std::vector<std::int32_t> next(v.size() - width + 1);
+      for (std::size_t i = 0; i < next.size(); ++i) {
+        next[i] = std::max(prev[i], prev[i + width / 2]);
+      }
+      levels_.push_back(std::move(next));
+    }
+  }
+  std::int32_t max(std::int64_t first, std::int64_t last) const {
+    std::size_t level = 0;
+    while ((std::int64_t(2) << level) <= last - first + 1) ++level;
+    const auto& l = levels_[level];
+    return std::max(l[std::size_t(first)], l[std::size_t(last + 1 - (std::int64_t(1) << level))]);
+  }
+
+ private:
+  std::vector<std::vector<std::int32_t>> levels_;
+};
+
 void check_plan(const Batch& b, const PlanConfig& c, const dcpmla::Plan& p) {
   const int B = b.num_requests();
   const std::int64_t rows = b.rows();
@@ -227,6 +251,7 @@ void check_plan(const Batch& b, const PlanConfig& c, const dcpmla::Plan& p) {
   std::vector<std::int64_t> splits(std::size_t(B), 0);
   std::vector<std::int32_t> first_partial(std::size_t(B), -1);
   std::int64_t last_walk = std::numeric_limits<std::int64_t>::max();
+  const RangeMax bound_max(p.row_local_bound);
   for (std::size_t i = 0; i < p.work.size();) {
     const dcpmla::WorkItem& head = p.work[i];
     check(head.request >= 0 && head.request < B, "work item request");
@@ -258,11 +283,12 @@ void check_plan(const Batch& b, const PlanConfig& c, const dcpmla::Plan& p) {
             "work item pairs");
       check(c.model.tile_pairs > 0 ? w.num_pairs <= c.model.tile_pairs : w.num_pairs == pairs,
             "work item wider than tile_pairs");
-      std::int32_t visible = w.kv_begin;
-      for (std::int64_t j = w.pair_begin / H; j <= (w.pair_begin + w.num_pairs - 1) / H; ++j) {
-        visible =
-            std::max(visible, std::min(p.row_local_bound[std::size_t(w.row_begin + j)], w.kv_end));
-      }
+      // max over the item's rows of min(bound, kv_end) = min(max of the bounds, kv_end): the
+      // rows' max from a sparse table (items may span many rows, many times over).
+      const std::int64_t first = w.row_begin + w.pair_begin / H;
+      const std::int64_t last = w.row_begin + (w.pair_begin + w.num_pairs - 1) / H;
+      const std::int32_t visible =
+          std::max(w.kv_begin, std::min(bound_max.max(first, last), w.kv_end));
       check(w.kv_visible_end == visible, "kv_visible_end");
       split_visible = std::max(split_visible, w.kv_visible_end);
       next_pair += w.num_pairs;
