@@ -102,6 +102,7 @@ DCPMLA_HD std::uint64_t chunk_cost(std::int64_t chunk_blocks, std::int64_t longe
 }
 
 // One request's share of chunk_cost's sums: its work items and, when split, its split pairs.
+inline constexpr std::int64_t kTermCap = std::int64_t(1) << 40;
 struct SplitTerms {
   std::int64_t work_items;
   std::int64_t split_pairs;
@@ -109,14 +110,18 @@ struct SplitTerms {
 DCPMLA_HD SplitTerms split_terms(std::int64_t kv_blocks, std::int64_t chunk_blocks,
                                  std::int64_t tiles, std::int64_t q, int num_heads) {
   const std::int64_t splits = kv_blocks <= chunk_blocks ? 1 : ceil_div(kv_blocks, chunk_blocks);
-  return {tiles * splits, splits > 1 ? splits * q * num_heads : 0};
+  // Each term at most kTermCap, so sums over any batch stay far from overflow (a batch that
+  // reaches it is refused by its capacity long before).
+  const std::int64_t items = tiles * splits, pairs = splits > 1 ? splits * q * num_heads : 0;
+  return {min64(items, kTermCap), min64(pairs, kTermCap)};
 }
 
 // Whether a split's totals respect the config's limits (-1: none).
 DCPMLA_HD bool within_limits(std::int64_t work_items, std::int64_t split_pairs, int num_heads,
                              std::int64_t max_work_items, std::int64_t max_partial_rows) {
+  // split_pairs is a sum of splits x Q x H: a multiple of H, so the division is exact.
   return (max_work_items < 0 || work_items <= max_work_items) &&
-         (max_partial_rows < 0 || split_pairs <= max_partial_rows * num_heads);
+         (max_partial_rows < 0 || split_pairs / num_heads <= max_partial_rows);
 }
 
 // Exclusive local bound of row j of a request with Q rows and global length T (causal), or T's

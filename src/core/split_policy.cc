@@ -8,6 +8,8 @@
 namespace dcpmla {
 namespace {
 
+constexpr std::int64_t kSumCap = std::int64_t(1) << 62;
+
 // The batch-wide chunk: among the candidates (k = 0 unsplit, then ever smaller chunks), the first
 // whose cost is within 2 % of the best.
 std::int64_t batch_chunk(const SplitInputs& in, const PlanConfig& config, std::int64_t longest,
@@ -26,8 +28,10 @@ std::int64_t batch_chunk(const SplitInputs& in, const PlanConfig& config, std::i
     std::int64_t items = 0, split_pairs = 0;
     for (std::size_t b = 0; b < B; ++b) {
       const auto t = rules::split_terms(in.kv_blocks[b], c.chunk_blocks, in.tiles[b], in.q[b], H);
-      items += t.work_items;
-      split_pairs += t.split_pairs;
+      // Saturating: terms are at most 2^40, sums stop at 2^62 (the GPU planner's sums over at
+      // most 16384 requests never get there, so both agree).
+      items = std::min(items + t.work_items, kSumCap);
+      split_pairs = std::min(split_pairs + t.split_pairs, kSumCap);
     }
     // The unsplit candidate always counts: a plan over the limits then fails its capacity check.
     if (!options.empty() && !rules::within_limits(items, split_pairs, H, config.max_work_items,
