@@ -61,11 +61,7 @@ FAILURES = (RuntimeError, AssertionError, ValueError, LookupError, TypeError, OS
 
 def rand(*shape, gen):
     """bf16 uniform in [-1, 1), as dcpmla_gpu_bench fills its inputs (never zeros)."""
-    return (
-        torch.rand(*shape, device=DEV, dtype=torch.bfloat16, generator=gen)
-        .mul_(2)
-        .sub_(1)
-    )
+    return torch.rand(*shape, device=DEV, dtype=torch.bfloat16, generator=gen).mul_(2).sub_(1)
 
 
 def n_sets(B, L):
@@ -257,9 +253,7 @@ def ragged_forms(qs, L, H, gen, tail_scores=False):
         qp = rand(B * maxq, H, D_QK, gen=gen)
         qp[pos] = q_rows
         padded[name] = pos
-        forms[name] = [
-            Call(qp.view(B, maxq, H, D_QK), cache, bt, lengths([L] * B), True)
-        ]
+        forms[name] = [Call(qp.view(B, maxq, H, D_QK), cache, bt, lengths([L] * B), True)]
 
     def real_rows(name, outs):
         if name == "flattened":
@@ -313,9 +307,7 @@ class Dcpmla:
     def _read(self):
         line = self.p.stdout.readline()
         if not line:
-            raise RuntimeError(
-                f"dcpmla_gpu_bench --serve ended (status {self.p.wait()})"
-            )
+            raise RuntimeError(f"dcpmla_gpu_bench --serve ended (status {self.p.wait()})")
         r = json.loads(line)
         if "error" in r:
             raise RuntimeError("dcpmla_gpu_bench: " + r["error"])
@@ -361,9 +353,7 @@ def result_row(sh, run):
         row["q"] = q
         chk = next((r for r in run["flashmla"] if "padded_first" in r), None)
         check = {
-            name: {
-                k: chk[name][k] if chk else None for k in ("max_row_rel_err", "correct")
-            }
+            name: {k: chk[name][k] if chk else None for k in ("max_row_rel_err", "correct")}
             for name in ("flattened", "per_q", "padded", "padded_first")
         }
         strategies = {}
@@ -407,9 +397,7 @@ def result_row(sh, run):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--bench", required=True, help="dcpmla_gpu_bench built with the CUDA backend"
-    )
+    ap.add_argument("--bench", required=True, help="dcpmla_gpu_bench built with the CUDA backend")
     ap.add_argument(
         "--flashmla",
         required=True,
@@ -445,9 +433,7 @@ def main():
     ]
     for L, H in RAGGED:
         name = f"ragged 64 x Q 1..8, L {L}, H {H}"
-        shapes.append(
-            {"shape": name, "name": None, "B": 64, "L": L, "H": H, "q": mix, "world": 1}
-        )
+        shapes.append({"shape": name, "name": None, "B": 64, "L": L, "H": H, "q": mix, "world": 1})
     runs = [{"dcpmla": [], "flashmla": []} for _ in shapes]
     for rnd in range(args.rounds):
         for sh, run in zip(shapes, runs):
@@ -456,9 +442,7 @@ def main():
             for side in sides:
                 try:
                     if side == "dcpmla":
-                        r = ours.time(
-                            B=B, L=L, H=H, q=q, world=sh["world"], sets=n_sets(B, L)
-                        )
+                        r = ours.time(B=B, L=L, H=H, q=q, world=sh["world"], sets=n_sets(B, L))
                     elif isinstance(q, list):
                         checked = any("padded_first" in r for r in run["flashmla"])
                         r = flashmla_ragged(q, L, H, args.reps, check=not checked)
@@ -496,9 +480,7 @@ def main():
     ratios = []
     for r in results:
         shape = r["shape"]
-        label = r.get("name") or (
-            ",".join(map(str, shape)) if isinstance(shape, list) else shape
-        )
+        label = r.get("name") or (",".join(map(str, shape)) if isinstance(shape, list) else shape)
         if "ratio" not in r:
             print(f"{label:<36} failed: {r['errors'][:1]}")
             continue

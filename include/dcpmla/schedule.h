@@ -95,6 +95,9 @@ class Schedule {
   // same batch and config, or a fault (status) with every decode output poisoned. Nothing is
   // read or written out of bounds whatever the batch holds. Enqueued on s; no synchronisation.
   void plan_on_device(const DeviceBatchRef& batch, Stream s);
+  // Whether plans made with `config` may be written into it: the same heads, block size, cache
+  // blocks, sharding and pairs a work item (update refuses the others).
+  bool accepts(const PlanConfig& config) const;
   // The fault of the plan written last (synchronises s; ok for host updates).
   ScheduleStatus status(Stream s) const;
 

@@ -255,16 +255,18 @@ Schedule::~Schedule() {
   if (owned_ && memory_) backend_->deallocate(memory_);
 }
 
+bool Schedule::accepts(const PlanConfig& c) const {
+  return c.num_heads == config_.num_heads && c.block_size == config_.block_size &&
+         c.num_blocks == config_.num_blocks && c.sharding.world == config_.sharding.world &&
+         c.sharding.rank == config_.sharding.rank &&
+         c.sharding.interleave == config_.sharding.interleave &&
+         c.model.tile_pairs == config_.model.tile_pairs;
+}
+
 void Schedule::update(const Plan& plan, Stream s) {
   const PlanConfig& c = plan.config;
-  const bool same = c.num_heads == config_.num_heads && c.block_size == config_.block_size &&
-                    c.num_blocks == config_.num_blocks &&
-                    c.sharding.world == config_.sharding.world &&
-                    c.sharding.rank == config_.sharding.rank &&
-                    c.sharding.interleave == config_.sharding.interleave &&
-                    c.model.tile_pairs == config_.model.tile_pairs;
   DCPMLA_REQUIRE(
-      same, ErrorCode::inconsistent, "plan.config",
+      accepts(c), ErrorCode::inconsistent, "plan.config",
       fmt::format("the schedule's: {} heads, block size {}, {} cache blocks, rank {} "
                   "of {} (interleave {}), {} pairs a work item",
                   config_.num_heads, config_.block_size, config_.num_blocks, config_.sharding.rank,

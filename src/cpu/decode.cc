@@ -31,7 +31,6 @@ struct Scratch {
 struct Views {
   const PlanConfig* config;
   ScheduleView schedule;
-  std::int64_t rows;
   const std::uint8_t* q;  // [rows, H, 576] of q_dtype
   DType q_dtype;
   const std::uint8_t* cache;  // [num_blocks, block_size, 576] of cache_dtype
@@ -196,7 +195,6 @@ void decode(ThreadPool& pool, const DecodeArgs& args, const Schedule& schedule) 
       args.workspace.bytes() / (std::size_t(H) * (kLatentDim + 1) * sizeof(float));
   const Views v{&config,
                 sv,
-                rows,
                 args.q.as<const std::uint8_t>(),
                 args.q.dtype,
                 static_cast<const std::uint8_t*>(args.cache.data),

@@ -34,7 +34,7 @@ bool is_pageable(const void* host) {
 // for the copy of the update before the previous one.
 class ScheduleStaging {
  public:
-  explicit ScheduleStaging(std::size_t bytes) : bytes_(bytes) {
+  explicit ScheduleStaging(std::size_t bytes) {
     for (int i = 0; i < 2; ++i) {
       DCPMLA_CUDA_CHECK(cudaHostAlloc(&image_[i], bytes, cudaHostAllocDefault));
       DCPMLA_CUDA_CHECK(cudaEventCreateWithFlags(&copied_[i], cudaEventDisableTiming));
@@ -61,7 +61,6 @@ class ScheduleStaging {
   }
 
  private:
-  std::size_t bytes_;
   void* image_[2] = {nullptr, nullptr};
   cudaEvent_t copied_[2] = {nullptr, nullptr};
   int next_ = 0;
@@ -193,14 +192,7 @@ class CudaBackend final : public Backend {
       DCPMLA_CUDA_CHECK(cudaEventCreateWithFlags(&eager_used_, cudaEventDisableTiming));
     }
     const ScheduleCapacity need = capacity_of(plan);
-    const bool same_config =
-        eager_ && eager_->config().num_heads == plan.config.num_heads &&
-        eager_->config().block_size == plan.config.block_size &&
-        eager_->config().num_blocks == plan.config.num_blocks &&
-        eager_->config().sharding.rank == plan.config.sharding.rank &&
-        eager_->config().sharding.world == plan.config.sharding.world &&
-        eager_->config().sharding.interleave == plan.config.sharding.interleave &&
-        eager_->config().model.tile_pairs == plan.config.model.tile_pairs;
+    const bool same_config = eager_ && eager_->accepts(plan.config);
     if (!same_config || max_capacity(need, eager_->capacity()) != eager_->capacity()) {
       const ScheduleCapacity cap = eager_ ? max_capacity(need, eager_->capacity()) : need;
       DCPMLA_CUDA_CHECK(cudaEventSynchronize(eager_used_));

@@ -107,6 +107,17 @@ struct DecodeCase {
   const char* what_contains = nullptr;                  // optional extra check on what()
 };
 
+// Zeros in the fixture's first 6 pages (the ones its block table uses), over the poison.
+void zero_used_pages(Backend& backend, DecodeSetup& s) {
+  std::vector<float> zeros(std::size_t(6) * 16 * kHeadDim, 0.0f);
+  std::vector<std::int64_t> slots(zeros.size() / kHeadDim);
+  for (std::size_t i = 0; i < slots.size(); ++i) slots[i] = std::int64_t(i);
+  backend.write_kv(
+      {TensorRef(zeros.data(), DType::f32, {std::int64_t(slots.size()), kHeadDim}),
+       TensorRef(slots.data(), DType::i64, {std::int64_t(slots.size())}), s.cache.ref()},
+      nullptr);
+}
+
 void PrintTo(const DecodeCase& c, std::ostream* os) {
   *os << c.name;
 }
@@ -152,13 +163,7 @@ TEST(DecodeValidationFixture, ValidSetupRuns) {
     const Plan plan = make_plan(s.batch, s.config);
     DecodeArgs a = s.args(plan);
     // poisoned pages are NaN: fill the used ones with zeros so the output is finite
-    std::vector<float> zeros(std::size_t(6) * 16 * kHeadDim, 0.0f);
-    std::vector<std::int64_t> slots(zeros.size() / kHeadDim);
-    for (std::size_t i = 0; i < slots.size(); ++i) slots[i] = std::int64_t(i);
-    backend->write_kv(
-        {TensorRef(zeros.data(), DType::f32, {std::int64_t(slots.size()), kHeadDim}),
-         TensorRef(slots.data(), DType::i64, {std::int64_t(slots.size())}), s.cache.ref()},
-        nullptr);
+    zero_used_pages(*backend, s);
     ASSERT_NO_THROW(backend->decode(a, nullptr));
     EXPECT_FALSE(s.outputs_untouched());
     const auto* lse = reinterpret_cast<const float*>(s.lse.data());
@@ -983,13 +988,7 @@ TEST(DecodeBlockIds, BadIdInTheDecodeTableGivesNaNRowsOnly) {
   DecodeSetup s;
   auto backend = make_cpu_backend(1);
   const Plan plan = make_plan(s.batch, s.config);
-  std::vector<float> zeros(std::size_t(6) * 16 * kHeadDim, 0.0f);
-  std::vector<std::int64_t> slots(zeros.size() / kHeadDim);
-  for (std::size_t i = 0; i < slots.size(); ++i) slots[i] = std::int64_t(i);
-  backend->write_kv(
-      {TensorRef(zeros.data(), DType::f32, {std::int64_t(slots.size()), kHeadDim}),
-       TensorRef(slots.data(), DType::i64, {std::int64_t(slots.size())}), s.cache.ref()},
-      nullptr);
+  zero_used_pages(*backend, s);
   std::vector<std::int32_t> bad = s.batch.block_table;
   bad[std::size_t(s.batch.max_blocks)] = 99;  // request 1's first block
   DecodeArgs a = s.args(plan);
