@@ -6,7 +6,9 @@ The numpy path runs the library's CPU backend on numpy arrays or any DLPack arra
 - ``dcpmla.cpu.mla_decode``: one rank's decode (with W > 1, the rank-local partial result);
 - ``dcpmla.cpu.dcp_step_simulated``: a whole DCP step of W ranks simulated as threads;
 - ``dcpmla.reference_attend``: the library's double-precision reference;
-- sharding helpers: ``dcp_local_seq_lens``, ``slot_mapping``, ``step_positions``, ``row_bounds``.
+- sharding helpers: ``dcp_local_seq_lens``, ``slot_mapping``, ``step_positions``, ``row_bounds``;
+- with torch: ``dcp_combine`` and ``dcp_gather_heads`` over a torch.distributed process group
+  (``dcpmla.distributed``, imported on first use so that the numpy path needs no torch).
 
 Semantics: docs/spec.md. Bad arguments raise ValueError (values, shapes, layouts), TypeError
 (dtypes) or RuntimeError (what cannot run), naming the argument; the exception's ``argument``,
@@ -18,6 +20,18 @@ from dcpmla._core import HEAD_DIM, LATENT_DIM, ROPE_DIM, Plan, __version__
 from dcpmla.reference import reference_attend
 from dcpmla.sharding import dcp_local_seq_lens, row_bounds, slot_mapping, step_positions
 
+# Names of dcpmla.distributed, which imports torch: loaded when first asked for.
+_TORCH_NAMES = ("dcp_combine", "dcp_gather_heads")
+
+
+def __getattr__(name):
+    if name in _TORCH_NAMES:
+        from dcpmla import distributed
+
+        return getattr(distributed, name)
+    raise AttributeError(f"module 'dcpmla' has no attribute {name!r}")
+
+
 __all__ = [
     "HEAD_DIM",
     "LATENT_DIM",
@@ -25,6 +39,8 @@ __all__ = [
     "Plan",
     "__version__",
     "cpu",
+    "dcp_combine",
+    "dcp_gather_heads",
     "dcp_local_seq_lens",
     "reference_attend",
     "row_bounds",
