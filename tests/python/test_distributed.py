@@ -8,14 +8,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torch_ranks import run_ranks  # noqa: E402
-
 import dcpmla  # noqa: E402
 from dcpmla.distributed import merge_partials  # noqa: E402
 
 from checks import assert_matches  # noqa: E402
 from numpy_reference import attend  # noqa: E402
 from scenarios import SOFTMAX_SCALE, make_scenario  # noqa: E402
+from torch_ranks import run_ranks  # noqa: E402
 
 # Q per request, T per request: ragged, with rows that see no key on some ranks (T < W + Q), and
 # padding rows (O = 0, LSE = -inf on every rank).
