@@ -40,9 +40,13 @@ def greedy_continuation(model, prompt, max_new):
         tokens.append(int(top.indices[0]))
         margins.append(float(top.values[0] - top.values[1]))
         if step + 1 < max_new:
-            out = model(
-                input_ids=top.indices[:1].view(1, 1),
-                cache=out.past_key_values,
-                use_cache=True,
-            )
+            out = model(input_ids=top.indices[:1].view(1, 1), use_cache=True, **_cache_of(out))
     return OracleContinuation(tokens, margins)
+
+
+def _cache_of(output):
+    """The keyword that hands output's KV cache to the next call: `cache` since transformers
+    5.x, `past_key_values` before."""
+    if "cache" in output.keys():
+        return {"cache": output["cache"]}
+    return {"past_key_values": output["past_key_values"]}
