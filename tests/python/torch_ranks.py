@@ -20,6 +20,7 @@ def _rank_main(rank, world, port, fn, args):
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         fn(rank, world, *args)
+        dist.barrier()  # no rank tears the group down while another is still in a collective
     finally:
         dist.destroy_process_group()
 

@@ -1,7 +1,7 @@
 """What a serving run is: the model, the DCP world, speculative decoding, the workload, the
 engine's limits, the dtypes, the negative controls and where the report goes."""
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from dcpmla.serve.attention import CACHE_DTYPES, QUERY_DTYPES
 from dcpmla.serve.model_config import VARIANT_HEADS
@@ -44,7 +44,6 @@ class ServeConfig:
     # agreement with the oracle: disagreements where its margin exceeds this fail the run
     margin_delta: float = 0.01
     show_progress: bool = True
-    extra: dict = field(default_factory=dict)
 
     def to_dict(self):
         return asdict(self)

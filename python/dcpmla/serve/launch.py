@@ -43,6 +43,7 @@ def _rank_process(rank, config, continuations, port, result_path):
         result = run_rank(
             config, continuations, rank, dist.group.WORLD, _progress_factory(config.show_progress)
         )
+        dist.barrier()  # no rank tears the group down while another is still in a collective
     finally:
         dist.destroy_process_group()
     if rank == 0:

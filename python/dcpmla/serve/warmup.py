@@ -3,6 +3,8 @@ of ceil(n / (1 + K)) requests of 1 + K tokens, the last one the remainder (9 tok
 8 + 1, the batch that crashed engines at start-up). On the CPU they run eagerly; a GPU backend
 captures a CUDA graph per size here."""
 
+from dcpmla.serve.kv_cache import blocks_needed
+
 
 def capture_sizes(max_size):
     """Every batch size 1..max_size (a CPU run is cheap; engines capture a subset)."""
@@ -25,11 +27,8 @@ def warm_up(engine, max_size, max_drafts):
         block_lists = []
         try:
             for q in q_lens:
-                block_lists.append(
-                    engine.allocator.allocate(
-                        -(-q // engine.config.block_size)  # rank 0 holds at most q
-                    )
-                )
+                need = blocks_needed(q, engine.config.world, engine.config.block_size)
+                block_lists.append(engine.allocator.allocate(need))
             engine.forward(
                 [([0] * q, q, blocks) for q, blocks in zip(q_lens, block_lists)],
                 [True] * len(q_lens),
