@@ -49,13 +49,9 @@ class MLADecodeCpu:
     lse [N, H] float32): this rank's partial over the positions it owns.
     """
 
-    def __init__(self, *, softmax_scale, world=1, rank=0, k_scale=1.0):
-        self.softmax_scale, self.world, self.rank, self.k_scale = (
-            softmax_scale,
-            world,
-            rank,
-            k_scale,
-        )
+    def __init__(self, *, softmax_scale, world=1, rank=0, interleave=1, k_scale=1.0):
+        self.softmax_scale, self.k_scale = softmax_scale, k_scale
+        self.world, self.rank, self.interleave = world, rank, interleave
         self._batch = None
 
     def plan(self, query_start_loc, seq_lens, *, num_tokens=None, mask=None):
@@ -78,6 +74,7 @@ class MLADecodeCpu:
             num_tokens=num_tokens,
             dcp_world_size=self.world,
             dcp_rank=self.rank,
+            dcp_interleave=self.interleave,
             mask=mask,
             k_scale=self.k_scale,
             out=out,

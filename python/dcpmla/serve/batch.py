@@ -38,11 +38,23 @@ def uniform_view(q_lens, seq_lens):
     return np.arange(b + 1, dtype=np.int32) * (n // b)
 
 
-def build_step_batch(requests, *, block_size, world=1, rank=0, full_mask=None, view_uniform=False):
+def build_step_batch(
+    requests,
+    *,
+    block_size,
+    world=1,
+    rank=0,
+    interleave=1,
+    num_tokens=None,
+    full_mask=None,
+    view_uniform=False,
+):
     """requests: (token_ids, total_len, block_ids) per request, in batch order: the step's query
     tokens (the last accepted token and the drafts, or a prompt), the global length T including
-    them, and the request's blocks (enough for T on every rank). full_mask: None, or per request
-    whether all its rows are bounded at T (the negative control: drafts see their future)."""
+    them, and the request's blocks (enough for T on every rank). num_tokens: rows incl. padding
+    (a CUDA-graph size; padding rows: token 0 at position 0, slot -1, O = 0 and LSE = -inf).
+    full_mask: None, or per request whether all its rows are bounded at T (the negative control:
+    drafts see their future)."""
     q_lens = [len(tokens) for tokens, _, _ in requests]
     seq_lens = np.array([total for _, total, _ in requests], np.int32)
     query_start_loc = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
@@ -50,15 +62,23 @@ def build_step_batch(requests, *, block_size, world=1, rank=0, full_mask=None, v
     block_table = np.full((len(requests), width), -1, np.int32)
     for b, (_, _, blocks) in enumerate(requests):
         block_table[b, : len(blocks)] = blocks
-    request_of, positions = dcpmla.step_positions(query_start_loc, seq_lens)
+    num_tokens = int(query_start_loc[-1]) if num_tokens is None else num_tokens
+    request_of, positions = dcpmla.step_positions(query_start_loc, seq_lens, num_tokens=num_tokens)
     slots = dcpmla.slot_mapping(
-        block_table, request_of, positions, block_size, world=world, rank=rank
+        block_table,
+        request_of,
+        positions,
+        block_size,
+        world=world,
+        rank=rank,
+        interleave=interleave,
     )
     attn_query_start_loc = uniform_view(q_lens, seq_lens.tolist()) if view_uniform else None
     token_ids = [t for tokens, _, _ in requests for t in tokens]
+    token_ids += [0] * (num_tokens - len(token_ids))
     return StepBatch(
         token_ids=torch.tensor(token_ids, dtype=torch.int64),
-        positions=torch.from_numpy(np.asarray(positions, np.int64)),
+        positions=torch.from_numpy(np.maximum(np.asarray(positions, np.int64), 0)),
         query_start_loc=torch.from_numpy(query_start_loc),
         attn_query_start_loc=torch.from_numpy(
             query_start_loc if attn_query_start_loc is None else attn_query_start_loc
@@ -66,7 +86,7 @@ def build_step_batch(requests, *, block_size, world=1, rank=0, full_mask=None, v
         seq_lens=torch.from_numpy(seq_lens),
         block_table=torch.from_numpy(block_table),
         slots=torch.from_numpy(np.asarray(slots, np.int64)),
-        num_tokens=int(query_start_loc[-1]),
+        num_tokens=num_tokens,
         mask=None if full_mask is None else ["full" if f else "causal" for f in full_mask],
         viewed_uniform=attn_query_start_loc is not None,
     )

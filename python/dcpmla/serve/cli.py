@@ -23,6 +23,7 @@ def _parser():
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--world", "--dcp", type=int, default=d.world, help="DCP ranks (processes)")
     p.add_argument("--combine", default=d.combine, help="ag_rs or a2a")
+    p.add_argument("--interleave", type=int, default=d.interleave, help="DCP interleave")
     p.add_argument("--max-drafts", "-K", type=int, default=d.max_drafts)
     p.add_argument("--draft-corruption", type=float, default=d.draft_corruption)
     p.add_argument("--requests", type=int, default=d.num_requests)
@@ -34,6 +35,13 @@ def _parser():
     p.add_argument("--max-running", type=int, default=d.max_running)
     p.add_argument("--max-batch-tokens", type=int, default=d.max_batch_tokens)
     p.add_argument("--max-capture-size", type=int, default=d.max_capture_size)
+    p.add_argument(
+        "--capture-sizes",
+        type=int,
+        nargs="*",
+        default=list(d.capture_sizes),
+        help="instead of 1..max: batches are padded up to the next of them",
+    )
     p.add_argument("--q-dtype", default=d.q_dtype, help="fp32 or bf16")
     p.add_argument("--kv-dtype", default=d.kv_dtype, help="fp32, bf16 or fp8")
     p.add_argument("--k-scale", type=float, default=d.k_scale)
@@ -56,6 +64,7 @@ def config_from_args(args):
         seed=args.seed,
         world=args.world,
         combine=args.combine,
+        interleave=args.interleave,
         max_drafts=args.max_drafts,
         draft_corruption=args.draft_corruption,
         num_requests=args.requests,
@@ -67,6 +76,7 @@ def config_from_args(args):
         max_running=args.max_running,
         max_batch_tokens=args.max_batch_tokens,
         max_capture_size=args.max_capture_size,
+        capture_sizes=tuple(args.capture_sizes),
         q_dtype=args.q_dtype,
         kv_dtype=args.kv_dtype,
         k_scale=args.k_scale,

@@ -21,6 +21,7 @@ class ServeConfig:
     # decode context parallelism: one process per rank
     world: int = 1
     combine: str = "ag_rs"
+    interleave: int = 1  # position p on rank (p // interleave) % world
     # speculative decoding: k in 0..max_drafts drafts a request and step
     max_drafts: int = 3
     draft_corruption: float = 0.2  # probability that a drafted token is replaced
@@ -35,6 +36,7 @@ class ServeConfig:
     max_running: int = 8
     max_batch_tokens: int = 128
     max_capture_size: int = 0  # warm-up: dummy batches of 1..max tokens (0: none)
+    capture_sizes: tuple = ()  # instead of 1..max: batches are padded up to the next of them
     q_dtype: str = "fp32"
     kv_dtype: str = "fp32"
     k_scale: float = 1.0
@@ -73,6 +75,12 @@ class ServeConfig:
             ("max_new_tokens", self.max_new_tokens >= 1, ">= 1"),
             ("arrival_gap", self.arrival_gap >= 0, ">= 0"),
             ("block_size", self.block_size >= 1, ">= 1"),
+            (
+                "interleave",
+                self.interleave >= 1 and self.block_size % self.interleave == 0,
+                f"a divisor of block_size {self.block_size}",
+            ),
+            ("capture_sizes", all(s >= 1 for s in self.capture_sizes), "sizes >= 1"),
             ("num_blocks", self.num_blocks >= 1, ">= 1"),
             ("max_running", self.max_running >= 1, ">= 1"),
             ("max_batch_tokens", self.max_batch_tokens >= 1 + self.max_drafts, ">= 1 + max_drafts"),

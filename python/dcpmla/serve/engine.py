@@ -15,11 +15,13 @@ import torch.distributed as dist
 
 from dcpmla.serve.batch import build_step_batch
 from dcpmla.serve.kv_cache import OutOfBlocks, blocks_needed
+from dcpmla.serve.warmup import capture_sizes
 
 
 @dataclass
 class StepRecord:
     tokens: int  # query rows of the batch
+    padded_tokens: int  # rows incl. padding up to a capture size
     requests: int
     prefill_rows: int
     new_tokens: int  # tokens the step produced (accepted drafts and one more per request)
@@ -38,15 +40,25 @@ class Engine:
         self.model, self.attention, self.caches = model, attention, caches
         self.allocator, self.drafter, self.config = allocator, drafter, config
         self.rank, self.group = rank, group
+        self.capture_sizes = capture_sizes(config)
+
+    def blocks_needed(self, total_len):
+        c = self.config
+        return blocks_needed(total_len, c.world, c.block_size, c.interleave)
+
+    def padded_size(self, num_tokens):
+        """The smallest capture size >= num_tokens (the graph an engine would replay), or
+        num_tokens itself when it exceeds them all (an engine then runs eagerly)."""
+        return min((s for s in self.capture_sizes if s >= num_tokens), default=num_tokens)
 
     def _blocks_for(self, request, total_len):
         """Grows request's blocks to hold total_len tokens on every rank (OutOfBlocks if not)."""
-        need = blocks_needed(total_len, self.config.world, self.config.block_size)
+        need = self.blocks_needed(total_len)
         if need > len(request.blocks):
             request.blocks += self.allocator.allocate(need - len(request.blocks))
 
     def _shrink(self, request, total_len):
-        need = blocks_needed(total_len, self.config.world, self.config.block_size)
+        need = self.blocks_needed(total_len)
         if need < len(request.blocks):
             self.allocator.free(request.blocks[need:])
             del request.blocks[need:]
@@ -60,6 +72,8 @@ class Engine:
             block_size=self.config.block_size,
             world=self.config.world,
             rank=self.rank,
+            interleave=self.config.interleave,
+            num_tokens=self.padded_size(sum(len(tokens) for tokens, _, _ in rows)),
             full_mask=drafting if self.config.control_full_mask else None,
             view_uniform=self.config.control_uniform_view,
         )
@@ -122,7 +136,8 @@ class Engine:
             new_tokens += len(accepted)
             self._shrink(request, request.length)
         return StepRecord(
-            tokens=batch.num_tokens,
+            tokens=row,
+            padded_tokens=batch.num_tokens,
             requests=len(scheduled),
             prefill_rows=prefill_rows,
             new_tokens=new_tokens,

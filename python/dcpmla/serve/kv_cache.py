@@ -38,9 +38,9 @@ class BlockAllocator:
         self._free.extend(reversed(ids))
 
 
-def blocks_needed(total_len, world, block_size):
+def blocks_needed(total_len, world, block_size, interleave=1):
     """Blocks a request of global length total_len holds on every rank (rank 0's share)."""
-    local = int(dcp_local_seq_lens(np.array([total_len]), world, 0)[0])
+    local = int(dcp_local_seq_lens(np.array([total_len]), world, 0, interleave)[0])
     return -(-local // block_size)
 
 

@@ -53,6 +53,7 @@ def run_rank(config, continuations, rank, group, progress_factory=None):
         softmax_scale=softmax_scale(model_config),
         world=config.world,
         rank=rank,
+        interleave=config.interleave,
         k_scale=config.k_scale,
     )
     attention = DcpAttention(
@@ -80,7 +81,7 @@ def run_rank(config, continuations, rank, group, progress_factory=None):
     engine = Engine(model, attention, caches, allocator, drafter, config, rank=rank, group=group)
 
     start = time.perf_counter()
-    warmup_shapes = warm_up(engine, config.max_capture_size, config.max_drafts)
+    warmup_shapes = warm_up(engine, config.max_drafts)
     warmup_seconds = time.perf_counter() - start
 
     requests = make_requests(config)

@@ -42,6 +42,7 @@ def build_report(config, result, agreement, oracle):
         "steps": [
             {
                 "tokens": r.tokens,
+                "padded_tokens": r.padded_tokens,
                 "requests": r.requests,
                 "prefill_rows": r.prefill_rows,
                 "new_tokens": r.new_tokens,

@@ -3,12 +3,13 @@ of ceil(n / (1 + K)) requests of 1 + K tokens, the last one the remainder (9 tok
 8 + 1, the batch that crashed engines at start-up). On the CPU they run eagerly; a GPU backend
 captures a CUDA graph per size here."""
 
-from dcpmla.serve.kv_cache import blocks_needed
 
-
-def capture_sizes(max_size):
-    """Every batch size 1..max_size (a CPU run is cheap; engines capture a subset)."""
-    return list(range(1, max_size + 1))
+def capture_sizes(config):
+    """config.capture_sizes, or every batch size 1..max_capture_size when none are given (a CPU
+    run is cheap; engines capture a subset and pad a batch to the next size)."""
+    if config.capture_sizes:
+        return sorted(config.capture_sizes)
+    return list(range(1, config.max_capture_size + 1))
 
 
 def warmup_q_lens(num_tokens, max_drafts):
@@ -18,17 +19,16 @@ def warmup_q_lens(num_tokens, max_drafts):
     return [per_request] * full + ([rest] if rest else [])
 
 
-def warm_up(engine, max_size, max_drafts):
+def warm_up(engine, max_drafts):
     """Runs the dummy batches (token 0, each request's length its query length, blocks taken
     from the allocator and returned); returns the query lengths of every batch run."""
     shapes = []
-    for size in capture_sizes(max_size):
+    for size in engine.capture_sizes:
         q_lens = warmup_q_lens(size, max_drafts)
         block_lists = []
         try:
             for q in q_lens:
-                need = blocks_needed(q, engine.config.world, engine.config.block_size)
-                block_lists.append(engine.allocator.allocate(need))
+                block_lists.append(engine.allocator.allocate(engine.blocks_needed(q)))
             engine.forward(
                 [([0] * q, q, blocks) for q, blocks in zip(q_lens, block_lists)],
                 [True] * len(q_lens),

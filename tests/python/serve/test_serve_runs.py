@@ -61,8 +61,18 @@ def test_two_ranks_seed_configuration(oracle):
     assert max(step["tokens"] for step in report["steps"]) > 9
 
 
-def test_two_ranks_without_drafts_all_to_all(oracle):
-    _assert_agrees(_serve(oracle, world=2, max_drafts=0, combine="a2a"))
+def test_two_ranks_without_drafts_all_to_all_interleaved_padded(oracle):
+    """a2a combine, interleave 4 (blocks of 16), batches padded up to CUDA-graph sizes."""
+    report = _serve(
+        oracle,
+        world=2,
+        max_drafts=0,
+        combine="a2a",
+        interleave=4,
+        capture_sizes=(1, 2, 4, 8, 16, 32, 64),
+    )
+    _assert_agrees(report)
+    assert any(step["padded_tokens"] > step["tokens"] for step in report["steps"])
 
 
 def test_bf16_query_and_fp8_cache(oracle):
