@@ -2,8 +2,8 @@
 decoding with greedy verification.
 
 Each step: arrived requests join (up to max_running); every running request contributes its rows
-to one ragged batch (its prompt the first time, then its last token and k drafts), within a token
-budget and the free blocks; the model runs once; rank 0's greedy tokens (broadcast, so every rank
+to one ragged batch (its prompt the first time, then its last token and k drafts), prompts first,
+within a token budget and the free blocks; the model runs once; rank 0's greedy tokens (broadcast, so every rank
 takes the same decisions) accept the longest prefix of the drafts that matches, plus one token.
 A request's blocks then shrink to its accepted length, so rejected drafts' slots are written again
 by the next step. Requests leave at max_new tokens and return their blocks."""
@@ -88,7 +88,9 @@ class Engine:
         """(request, tokens, total_len) of the requests in this step's batch."""
         budget = self.config.max_batch_tokens
         scheduled = []
-        for request in running:
+        # Prompts first (a prompt longer than the budget runs when it comes first), then the
+        # drafting requests, each group in arrival order.
+        for request in sorted(running, key=lambda r: r.prefilled):
             if request.prefilled:
                 drafts = self.drafter.propose(request, request.remaining - 1)
                 tokens = [request.generated[-1], *drafts]
