@@ -3,10 +3,11 @@ decoding with greedy verification.
 
 Each step: arrived requests join (up to max_running); every running request contributes its rows
 to one ragged batch (its prompt the first time, then its last token and k drafts), prompts first,
-within a token budget and the free blocks; the model runs once; rank 0's greedy tokens (broadcast, so every rank
-takes the same decisions) accept the longest prefix of the drafts that matches, plus one token.
-A request's blocks then shrink to its accepted length, so rejected drafts' slots are written again
-by the next step. Requests leave at max_new tokens and return their blocks."""
+within a token budget and the free blocks; the model runs once; rank 0's greedy tokens
+(broadcast, so every rank takes the same decisions) accept the longest prefix of the drafts that
+matches, plus one token. A request's blocks then shrink to its accepted length, so rejected
+drafts' slots are written again by the next step. Requests leave at max_new tokens and return
+their blocks."""
 
 import time
 from dataclasses import dataclass

@@ -7,6 +7,7 @@ import pickle
 import socket
 import tempfile
 
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
@@ -38,6 +39,8 @@ def _free_port():
 def _rank_process(rank, config, continuations, port, result_path):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
+    # The ranks share this machine's cores: torch's threads split among them.
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.world))
     dist.init_process_group("gloo", rank=rank, world_size=config.world)
     try:
         result = run_rank(

@@ -107,4 +107,9 @@ def run_rank(config, continuations, rank, group, progress_factory=None):
         "warmup_seconds": warmup_seconds,
         "serve_seconds": serve_seconds,
         "softmax_scale": softmax_scale(model_config),
+        "backend": {
+            "decode": f"{type(decode).__name__} (dcpmla.cpu.mla_decode)",
+            "process_group": None if group is None else dist.get_backend(group),
+            "torch_threads": torch.get_num_threads(),
+        },
     }

@@ -19,6 +19,7 @@ def build_report(config, result, agreement, oracle):
     return {
         "config": config.to_dict(),
         "softmax_scale": result["softmax_scale"],
+        "backend": result["backend"],
         "throughput": {
             "generated_tokens": generated,
             "serve_seconds": result["serve_seconds"],
