@@ -177,24 +177,25 @@ Plan make_plan(const Batch& batch, const PlanConfig& config) {
   const std::int64_t tile_pairs = config.model.tile_pairs;
   std::int64_t items = 0;
   for (const Split& s : splits) items += in.tiles[s.request];
-  plan.work.resize(std::size_t(items));
-  WorkItem* out = plan.work.data();
+  plan.work.reserve(std::size_t(items));
   for (const std::uint64_t key : order) {
     const Split& s = splits[key & 0xffffffffu];
     const std::int32_t row_begin = batch.query_start_loc[s.request];
     const std::int32_t pairs = in.q[s.request] * H;
     const std::int32_t step = tile_pairs > 0 ? std::int32_t(tile_pairs) : pairs;
     const std::int32_t* bounds = plan.row_local_bound.data() + row_begin;
-    for (std::int32_t pb = 0; pb < pairs; pb += step, ++out) {
+    // The row of each item's last pair (pb + step - 1) advances by step / H rows and step % H
+    // heads an item: rules::visible_end without a division per item.
+    std::int32_t last_row = (step - 1) / H, last_head = (step - 1) % H;
+    const std::int32_t row_step = step / H, head_step = step % H;
+    for (std::int32_t pb = 0; pb < pairs; pb += step) {
       const std::int32_t np = std::min(step, pairs - pb);
-      *out = {s.request,
-              row_begin,
-              pb,
-              np,
-              s.kv_begin,
-              s.kv_end,
-              rules::visible_end(bounds, pb, np, H, s.kv_begin, s.kv_end),
-              s.partial_row};
+      const std::int32_t row = np == step ? last_row : in.q[s.request] - 1;
+      plan.work.push_back({s.request, row_begin, pb, np, s.kv_begin, s.kv_end,
+                           rules::clamp_visible(bounds[row], s.kv_begin, s.kv_end), s.partial_row});
+      last_row += row_step;
+      last_head += head_step;
+      if (last_head >= H) last_head -= H, ++last_row;
     }
   }
   // decode_workspace_bytes must not wrap around (a backend would under-allocate).

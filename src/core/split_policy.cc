@@ -23,15 +23,33 @@ std::int64_t batch_chunk(const SplitInputs& in, const PlanConfig& config, std::i
   };
   std::vector<Option> options;
   std::uint64_t best = 0;
+  // Where no term can reach split_terms' cap (splits <= longest) and B terms stay under the sums'
+  // cap, the sums need neither: a loop of multiplies (CeilDivider) instead of divisions.
+  const std::int64_t max_tiles = *std::max_element(in.tiles.begin(), in.tiles.end());
+  const std::int64_t max_q = *std::max_element(in.q.begin(), in.q.end());
+  const bool exact = B <= (std::size_t(1) << 22) && longest <= rules::kTermCap / max_tiles &&
+                     longest <= rules::kTermCap / (max_q * std::int64_t(H));
   for (rules::Candidate c{longest, 1}; c.chunk_blocks > 0;
        c = rules::next_candidate(c, longest, min_chunk, S)) {
     std::int64_t items = 0, split_pairs = 0;
-    for (std::size_t b = 0; b < B; ++b) {
-      const auto t = rules::split_terms(in.kv_blocks[b], c.chunk_blocks, in.tiles[b], in.q[b], H);
-      // Saturating: terms are at most 2^40, sums stop at 2^62 (the GPU planner's sums over at
-      // most 16384 requests never get there, so both agree).
-      items = std::min(items + t.work_items, kSumCap);
-      split_pairs = std::min(split_pairs + t.split_pairs, kSumCap);
+    if (exact) {
+      const rules::CeilDivider chunk(c.chunk_blocks);
+      std::int64_t split_q = 0;
+      for (std::size_t b = 0; b < B; ++b) {
+        const std::int64_t kv = in.kv_blocks[b];
+        const std::int64_t n = kv <= c.chunk_blocks ? 1 : chunk.ceil(kv);
+        items += in.tiles[b] * n;
+        split_q += n > 1 ? n * in.q[b] : 0;
+      }
+      split_pairs = split_q * H;
+    } else {
+      for (std::size_t b = 0; b < B; ++b) {
+        const auto t = rules::split_terms(in.kv_blocks[b], c.chunk_blocks, in.tiles[b], in.q[b], H);
+        // Saturating: terms are at most 2^40, sums stop at 2^62 (the GPU planner's sums over at
+        // most 16384 requests never get there, so both agree).
+        items = std::min(items + t.work_items, kSumCap);
+        split_pairs = std::min(split_pairs + t.split_pairs, kSumCap);
+      }
     }
     // The unsplit candidate always counts: a plan over the limits then fails its capacity check.
     if (!options.empty() && !rules::within_limits(items, split_pairs, H, config.max_work_items,
