@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/schedule_layout.h"
+#include "cuda/kernels.h"
 #include "dcpmla/error.h"
 #include "dcpmla/schedule.h"
 #include "gpu_test_support.h"
@@ -196,7 +197,7 @@ TEST(CudaSchedule, DevicePlanEqualsHostPlanOnRandomBatches) {
   auto pick = [&](std::initializer_list<int> v) {
     return *(v.begin() + uniform(rng, 0, std::int64_t(v.size()) - 1));
   };
-  int split = 0, skipped = 0;
+  int split = 0, skipped = 0, in_shared_memory = 0;
   // DCPMLA_RANDOM_BATCHES lowers the count for slow runs (compute-sanitizer racecheck).
   const char* count_env = std::getenv("DCPMLA_RANDOM_BATCHES");
   const int count = count_env ? std::max(1, std::atoi(count_env)) : 2000;
@@ -261,11 +262,15 @@ TEST(CudaSchedule, DevicePlanEqualsHostPlanOnRandomBatches) {
     }
     ASSERT_TRUE(sched.status(nullptr).ok());
     split += plan.max_splits > 1;
+    in_shared_memory += cuda::plans_in_shared_memory(sched);
   }
   // The coverage the full count reaches: splits, and few batches over the sortable size.
   if (count == 2000) {
     EXPECT_GT(split, 150);
     EXPECT_LT(skipped, 200);
+    // Both forms of the planner's scratch: shared memory and the schedule's global memory.
+    EXPECT_GT(in_shared_memory, 200);
+    EXPECT_GT(count - skipped - in_shared_memory, 50);
   }
 }
 
