@@ -349,35 +349,39 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
   ex.exclusive_scan(
       num_splits, [&](std::int64_t k) { return s.tiles[s.split_request[sorted_index(k)]]; },
       s.item_first);
-  // Work items: each split in launch order writes its items.
-  ex.parallel(num_splits, [&](std::int64_t k) {
-    const std::int64_t index = sorted_index(k);
+  // Work items, one each: the split holding item x is the last whose first item is <= x.
+  ex.parallel(items, [&](std::int64_t x) {
+    std::int64_t lo = 0, hi = num_splits - 1;
+    while (lo < hi) {
+      const std::int64_t mid = (lo + hi + 1) / 2;
+      if (s.item_first[mid] <= x)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    const std::int64_t index = sorted_index(lo);
     const std::int64_t b = s.split_request[index], i = index - s.split_first[b];
-    const std::int64_t Q = s.q[b], start = a.query_start_loc[b];
+    const std::int64_t Q = s.q[b], start = a.query_start_loc[b], T = a.seq_lens[b];
     const std::int64_t chunk_tokens = s.chunk[b] * a.block_size;
     const auto begin = std::int32_t(i * chunk_tokens);
     const auto end = std::int32_t(rules::min64(s.local[b], (i + 1) * chunk_tokens));
     const std::int64_t pairs = Q * H;
     const std::int64_t step = a.tile_pairs > 0 ? a.tile_pairs : pairs;
-    const std::int32_t partial = splits(b) > 1 ? std::int32_t(s.partial_first[b] + i * Q) : -1;
-    const std::int64_t T = a.seq_lens[b];
-    WorkItem* out = v.items + s.item_first[k];
-    for (std::int64_t pb = 0; pb < pairs; pb += step, ++out) {
-      const std::int64_t np = rules::min64(step, pairs - pb);
-      // The bound of the item's last row, from the rules (the schedule's copy is in global
-      // memory that this step wrote).
-      const std::int64_t last_row = std::uint32_t(pb + np - 1) / std::uint32_t(H);
-      const auto last_bound = std::int32_t(
-          rules::row_local_bound(T, Q, last_row, false, a.world, a.rank, a.interleave));
-      *out = {std::int32_t(b),
-              std::int32_t(start),
-              std::int32_t(pb),
-              std::int32_t(np),
-              begin,
-              end,
-              rules::clamp_visible(last_bound, begin, end),
-              partial};
-    }
+    const std::int64_t pb = (x - s.item_first[lo]) * step;
+    const std::int64_t np = rules::min64(step, pairs - pb);
+    // The bound of the item's last row, from the rules (the schedule's copy is in global memory
+    // that this step wrote).
+    const std::int64_t last_row = std::uint32_t(pb + np - 1) / std::uint32_t(H);
+    const auto last_bound =
+        std::int32_t(rules::row_local_bound(T, Q, last_row, false, a.world, a.rank, a.interleave));
+    v.items[x] = {std::int32_t(b),
+                  std::int32_t(start),
+                  std::int32_t(pb),
+                  std::int32_t(np),
+                  begin,
+                  end,
+                  rules::clamp_visible(last_bound, begin, end),
+                  splits(b) > 1 ? std::int32_t(s.partial_first[b] + i * Q) : -1};
   });
   ex.serial([&] {
     ScheduleHeader& h = *v.header;

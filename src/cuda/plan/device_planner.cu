@@ -80,13 +80,18 @@ struct GpuExecutor {
     }
     return fold(v, [](std::uint64_t a, std::uint64_t b) { return a < b ? a : b; });
   }
-  // A warp per segment k, its lanes over i.
+  // Warps share the segments out: several warps a segment where there are fewer segments than
+  // warps (each adds its part to out atomically), else a warp per segment at a time.
   template <class F>
   __device__ void segmented_sum(std::int64_t m, std::int64_t n, F&& f, std::int64_t* out) {
-    const int lane = threadIdx.x % 32;
-    for (std::int64_t k = threadIdx.x / 32; k < m; k += kWarps) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const std::int64_t warps_per_segment = m < kWarps ? kWarps / m : 1;
+    for (std::int64_t k = threadIdx.x; k < 2 * m; k += kThreads) out[k] = 0;
+    __syncthreads();
+    const std::int64_t part = warp % warps_per_segment;
+    for (std::int64_t k = warp / warps_per_segment; k < m; k += kWarps / warps_per_segment) {
       std::int64_t a = 0, b = 0;
-      for (std::int64_t i = lane; i < n; i += 32) {
+      for (std::int64_t i = part * 32 + lane; i < n; i += 32 * warps_per_segment) {
         const auto t = f(k, i);
         a += t.work_items;
         b += t.split_pairs;
@@ -95,7 +100,10 @@ struct GpuExecutor {
         a += __shfl_xor_sync(0xffffffffu, a, o);
         b += __shfl_xor_sync(0xffffffffu, b, o);
       }
-      if (lane == 0) out[2 * k] = a, out[2 * k + 1] = b;
+      if (lane == 0) {
+        atomicAdd(reinterpret_cast<unsigned long long*>(&out[2 * k]), (unsigned long long)a);
+        atomicAdd(reinterpret_cast<unsigned long long*>(&out[2 * k + 1]), (unsigned long long)b);
+      }
     }
     __syncthreads();
   }
