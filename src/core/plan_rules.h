@@ -49,9 +49,9 @@ struct CeilDivider {
     shift = 31 + l;
     magic = ((std::uint64_t(1) << shift) / std::uint64_t(d)) + 1;
   }
-  // ceil(a / d) for a in [1, 2^31].
+  // ceil(a / d) for a in [0, 2^31].
   DCPMLA_HD std::int64_t ceil(std::int64_t a) const {
-    return std::int64_t((std::uint64_t(a - 1) * magic) >> shift) + 1;
+    return a > 0 ? std::int64_t((std::uint64_t(a - 1) * magic) >> shift) + 1 : 0;
   }
 };
 

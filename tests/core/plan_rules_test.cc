@@ -34,6 +34,7 @@ TEST(PlanRules, CeilDividerMatchesDivisionAtTheEdges) {
       ASSERT_EQ(divider.ceil(a), reference_ceil(a, d)) << a << " / " << d;
     }
     ASSERT_EQ(divider.ceil(kMax), reference_ceil(kMax, d)) << "2^31 / " << d;
+    ASSERT_EQ(divider.ceil(0), 0) << "0 / " << d;
   }
 }
 
