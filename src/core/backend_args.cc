@@ -151,6 +151,18 @@ void validate(const CombineMergeArgs& a) {
   check_tensor(a.own, "own", a.recv.dtype, {N, Hl, packed_row(a.recv.dtype)});
 }
 
+void validate(const MergeStatesArgs& a) {
+  const auto S = dim(a.v, 0), N = dim(a.v, 1), H = dim(a.v, 2), D = dim(a.v, 3);
+  check_tensor(a.v, "v", {DType::f32, DType::bf16}, {S, N, H, D});
+  DCPMLA_REQUIRE(S >= 1, ErrorCode::shape_mismatch, "v", "at least one state (S >= 1)",
+                 shape_string(a.v.shape));
+  check_tensor(a.s, "s", DType::f32, {S, N, H});
+  check_tensor(a.v_out, "v_out", {DType::f32, a.v.dtype}, {N, H, D});
+  check_tensor(a.s_out, "s_out", DType::f32, {N, H});
+  DCPMLA_REQUIRE(S <= 1024 && D <= 65536, ErrorCode::unsupported, "v",
+                 "at most 1024 states of at most 65536 elements", shape_string(a.v.shape));
+}
+
 void validate(const UnpackQueryArgs& a) {
   const auto W = dim(a.gathered, 0), N = dim(a.gathered, 1), Hl = dim(a.gathered, 2);
   check_tensor(a.gathered, "gathered", {DType::f32, DType::bf16}, {W, N, Hl, kHeadDim});
