@@ -48,16 +48,16 @@ def call(op, *args):
 # The ops write their outputs in place and return nothing: their fakes only accept the call.
 @torch.library.register_fake("dcpmla::mla_decode_")
 def _mla_decode_fake(
-    q, kv_cache, block_table, schedule, workspace, out, lse, softmax_scale, q_scale, k_scale
+    q, kv_cache, block_table, schedule, workspace, out, lse, softmax_scale, q_scale=1.0, k_scale=1.0
 ):
     return None
 
 
 @torch.library.register_fake("dcpmla::merge_states_")
-def _merge_states_fake(v, s, v_out, s_out, lse_base_e):
+def _merge_states_fake(v, s, v_out, s_out, lse_base_e=True):
     return None
 
 
 @torch.library.register_fake("dcpmla::write_kv_")
-def _write_kv_fake(latent, slot_mapping, kv_cache, k_scale):
+def _write_kv_fake(latent, slot_mapping, kv_cache, k_scale=1.0):
     return None
