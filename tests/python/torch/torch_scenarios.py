@@ -40,11 +40,20 @@ def workspace(device="cpu", mib=64):
     return torch.empty(mib << 20, dtype=torch.uint8, device=device)
 
 
-def wrapper_for(sc, rank=0, device="cpu", **kwargs):
-    """A wrapper for rank `rank` of the scenario's caches."""
+def wrapper_for(sc, rank=0, device="cpu", **limits):
+    """A wrapper for rank `rank` of the scenario's caches, with a workspace for its limits (or,
+    without limits, one that holds the split-KV partials of the plans these tests make)."""
     cache = sc.caches[rank]
+    config = [sc.q.shape[1], cache.shape[1], cache.shape[0], sc.world, rank, sc.interleave]
+    if limits:
+        index = -1 if device == "cpu" else torch.device(device).index or 0
+        names = ("max_num_reqs", "max_num_tokens", "max_blocks_per_req")
+        need = torch.ops.dcpmla.schedule_sizes(index, config, [limits[n] for n in names])[1]
+        space = torch.empty(max(need, 1), dtype=torch.uint8, device=device)
+    else:
+        space = workspace(device, 64 if device == "cpu" else 1024)
     return dcpmla.BatchMLADecodeWrapper(
-        workspace(device),
+        space,
         sc.q.shape[1],
         cache.shape[1],
         torch_dtype(cache.dtype),
@@ -52,5 +61,5 @@ def wrapper_for(sc, rank=0, device="cpu", **kwargs):
         dcp_rank=rank,
         dcp_interleave=sc.interleave,
         num_blocks=cache.shape[0],
-        **kwargs,
+        **limits,
     )
