@@ -68,7 +68,8 @@ class BatchMLADecodeWrapper:
 
     Limits (max_num_reqs, max_num_tokens, max_blocks_per_req: the block table's columns) size the
     schedule once; they are required with use_cuda_graph and for planning on the GPU. Without
-    them each host plan sizes the schedule to its batch (growing it when needed).
+    them each host plan sizes the schedule to its batch (growing the tensor when needed); on a GPU
+    pass them anyway: a schedule of another size is set up again, pinned staging memory included.
     """
 
     def __init__(
