@@ -50,6 +50,13 @@ def _device_index(device):
     return -1 if device.type == "cpu" else device.index
 
 
+def _require_tensor(value, argument):
+    if not isinstance(value, torch.Tensor):
+        raise argument_error(
+            TypeError, argument, "dtype mismatch", "a torch.Tensor", type(value).__name__
+        )
+
+
 def _positive(value, argument):
     value = index(value, argument)
     if value < 1:
@@ -174,6 +181,8 @@ class BatchMLADecodeWrapper:
         planner: "host" or "device" to choose (the CPU runs the GPU planner's algorithm too);
         None: by where query_start_loc lives.
         """
+        _require_tensor(query_start_loc, "query_start_loc")
+        _require_tensor(seq_lens, "seq_lens")
         self._softmax_scale = real(softmax_scale, "softmax_scale")
         num_tokens = -1 if num_tokens is None else index(num_tokens, "num_tokens")
         if planner is None:
@@ -229,6 +238,8 @@ class BatchMLADecodeWrapper:
             raise argument_error(
                 ValueError, "schedule", "invalid argument", "a batch planned by plan()", "none"
             )
+        _require_tensor(q, "q")
+        _require_tensor(kv_cache, "kv_cache")
         if kv_cache.dtype != self._kv_cache_dtype:
             raise argument_error(
                 TypeError,

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "dcpmla/backend.h"
 #include "dcpmla/error.h"
@@ -159,8 +160,9 @@ void validate(const MergeStatesArgs& a) {
   check_tensor(a.s, "s", DType::f32, {S, N, H});
   check_tensor(a.v_out, "v_out", {DType::f32, a.v.dtype}, {N, H, D});
   check_tensor(a.s_out, "s_out", DType::f32, {N, H});
-  DCPMLA_REQUIRE(S <= 1024 && D <= 65536, ErrorCode::unsupported, "v",
-                 "at most 1024 states of at most 65536 elements", shape_string(a.v.shape));
+  // The CUDA kernel stages the S weights of a pair in shared memory; widths are int32.
+  DCPMLA_REQUIRE(S <= 1024 && D <= std::numeric_limits<std::int32_t>::max(), ErrorCode::unsupported,
+                 "v", "at most 1024 states of fewer than 2^31 elements", shape_string(a.v.shape));
 }
 
 void validate(const UnpackQueryArgs& a) {

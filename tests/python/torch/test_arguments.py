@@ -101,6 +101,8 @@ CASES = {
         lambda t: run(t, q=t.q[:, :2], out=t.out[:, :2], lse=t.lse[:, :2]),
     ),
     "q width": (ValueError, "q", lambda t: run(t, q=t.q[..., :512].contiguous())),
+    "q type": (TypeError, "q", lambda t: run(t, q=t.sc.q)),
+    "seq_lens type": (TypeError, "seq_lens", lambda t: plan(t, seq_lens=[40, 9])),
     "cache dtype": (TypeError, "kv_cache", lambda t: run(t, kv_cache=t.cache.float())),
     "cache blocks": (ValueError, "kv_cache.num_blocks", lambda t: run(t, kv_cache=t.cache[1:])),
     "cache width": (ValueError, "kv_cache", lambda t: run(t, kv_cache=t.cache[..., :512])),
