@@ -183,8 +183,9 @@ class BatchMLADecodeWrapper:
         """
         _require_tensor(query_start_loc, "query_start_loc")
         _require_tensor(seq_lens, "seq_lens")
-        self._softmax_scale = real(softmax_scale, "softmax_scale")
+        scale = real(softmax_scale, "softmax_scale")
         num_tokens = -1 if num_tokens is None else index(num_tokens, "num_tokens")
+        self._softmax_scale = None  # unplanned until the schedule holds this batch
         if planner is None:
             planner = "host" if query_start_loc.device.type == "cpu" else "device"
         if planner == "device":
@@ -209,6 +210,7 @@ class BatchMLADecodeWrapper:
                 self._config,
                 self._limits,
             )
+            self._softmax_scale = scale
             return
         if planner != "host":
             raise argument_error(
@@ -224,6 +226,7 @@ class BatchMLADecodeWrapper:
             self._set_schedule(torch.empty(schedule_bytes, dtype=torch.uint8, device=self._device))
             call(ops.plan_host_, self._schedule, *args)
         self._require_workspace(workspace_bytes)
+        self._softmax_scale = scale
 
     def run(self, q, kv_cache, block_table, out=None, lse=None, k_scale=1.0, lse_base_e=True):
         """The planned batch's decode on torch's current stream; returns (out, lse).

@@ -364,6 +364,17 @@ def test_bad_argument_is_refused_by_name(case):
     assert torch.equal(t.out, out_before) and torch.equal(t.lse, lse_before)
 
 
+def test_a_refused_plan_leaves_the_wrapper_unplanned():
+    t = valid()
+    with pytest.raises(ValueError):
+        plan(t, seq_lens=torch.tensor([2, 9], dtype=torch.int32))
+    with pytest.raises(ValueError) as info:
+        run(t)  # never the previous batch's plan
+    assert info.value.argument == "schedule"
+    plan(t)
+    assert torch.isfinite(run(t)[1][:4]).all()
+
+
 def test_valid_call_runs():
     # The cases above differ from this call in one argument each.
     t = valid()
