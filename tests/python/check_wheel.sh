@@ -8,8 +8,10 @@
 set -euo pipefail
 python=$1 source=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
+# Without the CUDA backend: its kernels would be compiled a second time for a package check that
+# runs on the CPU (the torch extension links them when they are built).
 "$python" -m pip wheel --quiet --disable-pip-version-check --no-build-isolation --no-deps \
-  --wheel-dir "$work/wheels" "$source"
+  -C cmake.define.DCPMLA_CUDA=OFF --wheel-dir "$work/wheels" "$source"
 "$python" -m venv --system-site-packages "$work/venv"
 "$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --no-index \
   "$work"/wheels/dcpmla-*.whl
