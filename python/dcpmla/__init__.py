@@ -8,6 +8,11 @@ The numpy path runs the library's CPU backend on numpy arrays or any DLPack arra
 - ``dcpmla.reference_attend``: the library's double-precision reference;
 - sharding helpers: ``dcp_local_seq_lens``, ``slot_mapping``, ``step_positions``, ``row_bounds``.
 
+The torch path (built when torch >= 2.11 is importable at build time; imported on first use, so
+the package works without torch): ``dcpmla.BatchMLADecodeWrapper`` (plan once, run many, CUDA
+graphs) and ``dcpmla.attention_ops`` (the ops ``torch.ops.dcpmla.mla_decode_``,
+``merge_states_``, ``write_kv_``).
+
 Semantics: docs/spec.md. Bad arguments raise ValueError (values, shapes, layouts), TypeError
 (dtypes) or RuntimeError (what cannot run), naming the argument; the exception's ``argument``,
 ``expected``, ``actual`` and ``kind`` attributes hold the parts of the message.
@@ -18,12 +23,27 @@ from dcpmla._core import HEAD_DIM, LATENT_DIM, ROPE_DIM, Plan, __version__
 from dcpmla.reference import reference_attend
 from dcpmla.sharding import dcp_local_seq_lens, row_bounds, slot_mapping, step_positions
 
+# Imported on first use: they import torch.
+_TORCH_ATTRIBUTES = {"BatchMLADecodeWrapper": "dcpmla.decode_wrapper", "attention_ops": None}
+
+
+def __getattr__(name):
+    if name not in _TORCH_ATTRIBUTES:
+        raise AttributeError(f"module 'dcpmla' has no attribute {name!r}")
+    import importlib
+
+    module = importlib.import_module(_TORCH_ATTRIBUTES[name] or f"dcpmla.{name}")
+    return module if _TORCH_ATTRIBUTES[name] is None else getattr(module, name)
+
+
 __all__ = [
+    "BatchMLADecodeWrapper",
     "HEAD_DIM",
     "LATENT_DIM",
     "ROPE_DIM",
     "Plan",
     "__version__",
+    "attention_ops",
     "cpu",
     "dcp_local_seq_lens",
     "reference_attend",

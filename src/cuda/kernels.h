@@ -103,6 +103,8 @@ void combine_pack(const CombinePackArgs& args, cudaStream_t s);
 void combine_merge(const CombineMergeArgs& args, cudaStream_t s);
 // combine/convert.cu
 void convert(const ConvertArgs& args, cudaStream_t s);
+// combine/merge_states.cu: S partial states -> one (Backend::merge_states).
+void merge_states(const MergeStatesArgs& args, cudaStream_t s);
 // combine/accumulate.cu: dst[i] += src[i].
 void accumulate(float* dst, const float* src, std::size_t count, cudaStream_t s);
 
