@@ -49,7 +49,6 @@ struct Views {
   float* partial_lse;  // [partial_rows, H]
 };
 
-// Dequantises local tokens [t0, t1) of request b into s.keys.
 // The calling thread's scratch, kept for its lifetime (the pool's workers live as long as the
 // backend): a decode of a few tokens then costs no allocation of tile buffers.
 Scratch& thread_scratch() {
@@ -62,6 +61,7 @@ Scratch& thread_scratch() {
   return s;
 }
 
+// Dequantises local tokens [t0, t1) of request b into s.keys.
 void gather_keys(const Views& v, int b, std::int32_t t0, std::int32_t t1, Scratch& s) {
   const std::size_t elem = dtype_size(v.cache_dtype);
   const float kscale = v.cache_dtype == DType::fp8_e4m3 ? v.k_scale : 1.0f;
