@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU validation and benchmark, on a machine with an sm_90 GPU, nvcc, CMake and ninja (no network
 # needed): configures a Release build with the CUDA backend into build-gpu, builds, runs the GPU
-# and CUDA tests, dcpmla_gpu_bench, the demo on the CUDA backend, and compute-sanitizer memcheck,
+# and CUDA tests, the Python tests (torch's CUDA ones included where torch is installed),
+# dcpmla_gpu_bench, the demo on the CUDA backend, and compute-sanitizer memcheck,
 # racecheck and synccheck on small GPU test cases. Logs and the benchmark JSON go to $OUT
 # (default ./gpu-out); the exit status is non-zero when any step failed.
 #
@@ -70,6 +71,17 @@ timeout "$(cap 200)" ctest --test-dir build-gpu -L '^(gpu|cuda)$' --output-on-fa
 [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "FAIL: gpu tests"; }
 if grep -q "Skipped\|Not Run" "$OUT/gpu_tests.log"; then
   log "WARNING: some tests were skipped (no usable CUDA device?)"
+fi
+
+# --- Python -------------------------------------------------------------------------------
+# The package's tests on the build tree's modules: the numpy path, the torch ops and
+# BatchMLADecodeWrapper (their CUDA tests run here, skipped without a GPU), the serving harness.
+# The wheel test is left out (it builds in a new virtual environment, which needs the network).
+if [ -d build-gpu/python/dcpmla ]; then
+  log "Python tests (ctest -L python, wheel excluded)"
+  timeout "$(cap 300)" ctest --test-dir build-gpu -L python -E python_wheel --output-on-failure \
+    -j 4 --timeout 280 2>&1 | tee "$OUT/python_tests.log" | tail -15
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "FAIL: python tests"; }
 fi
 
 # --- benchmark ----------------------------------------------------------------------------

@@ -128,6 +128,19 @@ struct UnpackQueryArgs {
 };
 void validate(const UnpackQueryArgs& args);
 
+// Log-sum-exp merge of S partial attention states of the same (row, head) pairs, each of any
+// width D (the merge algebra of merge.h: empty states (L = -inf) are skipped, a NaN or +inf L
+// poisons the pair). Engines merge the partials of cascaded or chunked attention with it.
+struct MergeStatesArgs {
+  TensorRef v;      // [S, N, H, D] f32 or bf16: the partials' O, each normalised over its keys
+  TensorRef s;      // [S, N, H] f32: the partials' LSE
+  TensorRef v_out;  // [N, H, D] f32 or v's dtype
+  TensorRef s_out;  // [N, H] f32: the merged LSE
+  // false: s and s_out hold base-2 logarithms (log2 sum 2^x) instead of natural ones.
+  bool lse_base_e = true;
+};
+void validate(const MergeStatesArgs& args);
+
 // Element-wise f32 -> dst dtype (f32 or bf16), same shape.
 struct ConvertArgs {
   TensorRef src;
@@ -170,6 +183,7 @@ class Backend {
   virtual void combine_pack(const CombinePackArgs& args, Stream s) = 0;
   virtual void combine_merge(const CombineMergeArgs& args, Stream s) = 0;
   virtual void convert(const ConvertArgs& args, Stream s) = 0;
+  virtual void merge_states(const MergeStatesArgs& args, Stream s) = 0;
 
  protected:
   // The decode of arguments validate() accepted. dcp_step validates a step's arguments once and

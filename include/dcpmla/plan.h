@@ -4,6 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <new>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "dcpmla/batch.h"
@@ -35,6 +39,27 @@ struct PlanConfig {
   // split-KV partial rows stay within them (a Schedule's capacity; the workspace the caller has).
   std::int64_t max_work_items = -1;
   std::int64_t max_partial_rows = -1;
+};
+
+// An allocator whose resize leaves elements default-initialised (for trivial types: unwritten),
+// so that make_plan writes each work item once instead of after zeroing them all.
+template <class T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <class U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
 };
 
 // One unit of backend work: pairs [pair_begin, pair_begin + num_pairs) of one request, where its
@@ -78,7 +103,7 @@ struct Plan {
   std::vector<std::int32_t> request_local_len;  // [B], local_len(rank, T_b)
   // Launch order: work items of the longest KV walk first, a request split's items together.
   // Every request has >= 1 item (maybe with empty KV).
-  std::vector<WorkItem> work;
+  std::vector<WorkItem, UninitializedAllocator<WorkItem>> work;
   std::vector<MergeRow> merges;       // [rows of split requests]
   std::int64_t num_partial_rows = 0;  // rows of the split-KV partial workspace
 };

@@ -10,6 +10,11 @@ The numpy path runs the library's CPU backend on numpy arrays or any DLPack arra
 - with torch: ``dcp_combine`` and ``dcp_gather_heads`` over a torch.distributed process group
   (``dcpmla.distributed``, imported on first use so that the numpy path needs no torch).
 
+The torch path (built when torch >= 2.11 is importable at build time; imported on first use, so
+the package works without torch): ``dcpmla.BatchMLADecodeWrapper`` (plan once, run many, CUDA
+graphs) and ``dcpmla.attention_ops`` (the ops ``torch.ops.dcpmla.mla_decode_``,
+``merge_states_``, ``write_kv_``).
+
 Semantics: docs/spec.md. Bad arguments raise ValueError (values, shapes, layouts), TypeError
 (dtypes) or RuntimeError (what cannot run), naming the argument; the exception's ``argument``,
 ``expected``, ``actual`` and ``kind`` attributes hold the parts of the message.
@@ -20,24 +25,32 @@ from dcpmla._core import HEAD_DIM, LATENT_DIM, ROPE_DIM, Plan, __version__
 from dcpmla.reference import reference_attend
 from dcpmla.sharding import dcp_local_seq_lens, row_bounds, slot_mapping, step_positions
 
-# Names of dcpmla.distributed, which imports torch: loaded when first asked for.
-_TORCH_NAMES = ("dcp_combine", "dcp_gather_heads")
+# Imported on first use: they import torch (module, or the module holding the name).
+_TORCH_ATTRIBUTES = {
+    "BatchMLADecodeWrapper": "dcpmla.decode_wrapper",
+    "attention_ops": None,
+    "dcp_combine": "dcpmla.distributed",
+    "dcp_gather_heads": "dcpmla.distributed",
+}
 
 
 def __getattr__(name):
-    if name in _TORCH_NAMES:
-        from dcpmla import distributed
+    if name not in _TORCH_ATTRIBUTES:
+        raise AttributeError(f"module 'dcpmla' has no attribute {name!r}")
+    import importlib
 
-        return getattr(distributed, name)
-    raise AttributeError(f"module 'dcpmla' has no attribute {name!r}")
+    module = importlib.import_module(_TORCH_ATTRIBUTES[name] or f"dcpmla.{name}")
+    return module if _TORCH_ATTRIBUTES[name] is None else getattr(module, name)
 
 
 __all__ = [
+    "BatchMLADecodeWrapper",
     "HEAD_DIM",
     "LATENT_DIM",
     "ROPE_DIM",
     "Plan",
     "__version__",
+    "attention_ops",
     "cpu",
     "dcp_combine",
     "dcp_gather_heads",

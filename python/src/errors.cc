@@ -2,7 +2,6 @@
 
 #include <nanobind/stl/string.h>
 
-#include <cstring>
 #include <exception>
 #include <string>
 
@@ -12,16 +11,12 @@ namespace dcpmla::python {
 namespace {
 
 PyObject* python_type(ErrorCode code) {
-  switch (code) {
-    case ErrorCode::invalid_argument:
-    case ErrorCode::shape_mismatch:
-    case ErrorCode::out_of_range:
-    case ErrorCode::inconsistent:
+  switch (python_error(code)) {
+    case PythonError::value_error:
       return PyExc_ValueError;
-    case ErrorCode::dtype_mismatch:
+    case PythonError::type_error:
       return PyExc_TypeError;
-    case ErrorCode::unsupported:
-    case ErrorCode::backend_failure:
+    case PythonError::runtime_error:
       return PyExc_RuntimeError;
   }
   return PyExc_RuntimeError;
@@ -37,28 +32,7 @@ void raise(const Error& e) {
   PyErr_SetObject(type, exc.ptr());
 }
 
-bool follows_name(const std::string& argument, const char* name) {
-  const std::size_t n = std::strlen(name);
-  if (argument.compare(0, n, name) != 0) return false;
-  return argument.size() == n || argument[n] == '[' || argument[n] == '.' || argument[n] == ' ';
-}
-
 }  // namespace
-
-Error with_python_name(const Error& e, ArgumentNames names) {
-  const char* library = nullptr;
-  const char* python = nullptr;
-  for (const auto& [from, to] : names) {
-    if (follows_name(e.argument(), from) &&
-        (!library || std::strlen(from) > std::strlen(library))) {
-      library = from;
-      python = to;
-    }
-  }
-  if (!library) return e;
-  return Error(e.code(), python + e.argument().substr(std::strlen(library)), e.expected(),
-               e.actual());
-}
 
 void register_errors(nb::module_& m) {
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {

@@ -5,30 +5,11 @@
 
 #include <nanobind/nanobind.h>
 
-#include <initializer_list>
-#include <utility>
-
 #include "dcpmla/error.h"
+#include "error_mapping.h"
 
 namespace dcpmla::python {
 
 void register_errors(nanobind::module_& m);
-
-// (library name, Python name) pairs: the library calls "total_len" what Python calls "seq_lens".
-using ArgumentNames = std::initializer_list<std::pair<const char*, const char*>>;
-
-// The same error naming the Python argument: an argument equal to a library name, or starting with
-// it followed by '[', '.' or ' ', gets the Python name in its place (the longest match wins).
-Error with_python_name(const Error& e, ArgumentNames names);
-
-// Runs f, renaming the argument of any Error it throws.
-template <class F>
-auto with_python_names(ArgumentNames names, F&& f) {
-  try {
-    return f();
-  } catch (const Error& e) {
-    throw with_python_name(e, names);
-  }
-}
 
 }  // namespace dcpmla::python

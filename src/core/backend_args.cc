@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "dcpmla/backend.h"
 #include "dcpmla/error.h"
@@ -149,6 +150,19 @@ void validate(const CombineMergeArgs& a) {
   DCPMLA_REQUIRE(a.own_rank >= 0 && a.own_rank < W, ErrorCode::out_of_range, "own_rank",
                  fmt::format("-1, or a rank in [0, {}) with own", W), std::to_string(a.own_rank));
   check_tensor(a.own, "own", a.recv.dtype, {N, Hl, packed_row(a.recv.dtype)});
+}
+
+void validate(const MergeStatesArgs& a) {
+  const auto S = dim(a.v, 0), N = dim(a.v, 1), H = dim(a.v, 2), D = dim(a.v, 3);
+  check_tensor(a.v, "v", {DType::f32, DType::bf16}, {S, N, H, D});
+  DCPMLA_REQUIRE(S >= 1, ErrorCode::shape_mismatch, "v", "at least one state (S >= 1)",
+                 shape_string(a.v.shape));
+  check_tensor(a.s, "s", DType::f32, {S, N, H});
+  check_tensor(a.v_out, "v_out", {DType::f32, a.v.dtype}, {N, H, D});
+  check_tensor(a.s_out, "s_out", DType::f32, {N, H});
+  // The CUDA kernel stages the S weights of a pair in shared memory; widths are int32.
+  DCPMLA_REQUIRE(S <= 1024 && D <= std::numeric_limits<std::int32_t>::max(), ErrorCode::unsupported,
+                 "v", "at most 1024 states of fewer than 2^31 elements", shape_string(a.v.shape));
 }
 
 void validate(const UnpackQueryArgs& a) {

@@ -48,11 +48,13 @@ struct Scratch {
   std::uint64_t* keys;           // [sort_capacity]
   std::int64_t* item_first;      // [work_items] first work item of each split, launch order
   std::int32_t* split_request;   // [work_items] the request of each split (request order)
-  std::uint64_t* costs;          // [kMaxCandidates] chunk_cost, ~0 where over the limits
-  std::int64_t* candidates;      // [2 * kMaxCandidates]: chunks; the count and the choice last
-  std::int64_t* candidate_sums;  // [2 * kMaxCandidates]: work items, split pairs
+  std::uint64_t* costs;          // [max_candidates] chunk_cost, ~0 where over the limits
+  std::int64_t* candidates;      // [max_candidates + 1]: chunks, then the choice
+  std::int64_t* candidate_sums;  // [2 * max_candidates]: work items, split pairs
+  std::int64_t max_candidates;
 };
-// Candidate chunks at most: k = 0 and one per split count 2 .. 2 x workers.
+// Candidate chunks at most: one per split count 1 .. 2 x workers. The schedule's scratch has room
+// for kMaxWorkers; the GPU's copy in shared memory for the config's workers.
 inline constexpr std::int64_t kMaxWorkers = 1024;
 inline constexpr std::int64_t kMaxCandidates = 2 * kMaxWorkers;
 // Split keys sorted at once (in shared memory on the GPU): bounds the work items of a schedule
@@ -69,17 +71,19 @@ DCPMLA_HD std::int64_t sort_capacity(std::int64_t requests, std::int64_t work_it
   return p;
 }
 // Bytes of scratch and the pointers into it.
-DCPMLA_HD std::size_t scratch_bytes(std::int64_t requests, std::int64_t work_items) {
-  const std::size_t r = std::size_t(requests);
+DCPMLA_HD std::size_t scratch_bytes(std::int64_t requests, std::int64_t work_items,
+                                    std::int64_t max_candidates = kMaxCandidates) {
+  const std::size_t r = std::size_t(requests), m = std::size_t(max_candidates);
   return align16(r * 4) * 2 + align16(r * 8) * 7 +
          align16(std::size_t(sort_capacity(requests, work_items)) * 8) +
          align16(std::size_t(work_items) * 8) + align16(std::size_t(work_items) * 4) +
-         align16(std::size_t(kMaxCandidates) * 8) +
-         2 * align16(std::size_t(2 * kMaxCandidates) * 8);
+         align16(m * 8) + align16((m + 1) * 8) + align16(2 * m * 8);
 }
-DCPMLA_HD Scratch scratch_view(std::byte* p, std::int64_t requests, std::int64_t work_items) {
-  const std::size_t r = std::size_t(requests);
+DCPMLA_HD Scratch scratch_view(std::byte* p, std::int64_t requests, std::int64_t work_items,
+                               std::int64_t max_candidates = kMaxCandidates) {
+  const std::size_t r = std::size_t(requests), m = std::size_t(max_candidates);
   Scratch s;
+  s.max_candidates = max_candidates;
   auto take = [&](std::size_t bytes) {
     std::byte* q = p;
     p += align16(bytes);
@@ -98,9 +102,9 @@ DCPMLA_HD Scratch scratch_view(std::byte* p, std::int64_t requests, std::int64_t
       reinterpret_cast<std::uint64_t*>(take(std::size_t(sort_capacity(requests, work_items)) * 8));
   s.item_first = reinterpret_cast<std::int64_t*>(take(std::size_t(work_items) * 8));
   s.split_request = reinterpret_cast<std::int32_t*>(take(std::size_t(work_items) * 4));
-  s.costs = reinterpret_cast<std::uint64_t*>(take(std::size_t(kMaxCandidates) * 8));
-  s.candidates = reinterpret_cast<std::int64_t*>(take(std::size_t(2 * kMaxCandidates) * 8));
-  s.candidate_sums = reinterpret_cast<std::int64_t*>(take(std::size_t(2 * kMaxCandidates) * 8));
+  s.costs = reinterpret_cast<std::uint64_t*>(take(m * 8));
+  s.candidates = reinterpret_cast<std::int64_t*>(take((m + 1) * 8));
+  s.candidate_sums = reinterpret_cast<std::int64_t*>(take(2 * m * 8));
   return s;
 }
 
@@ -244,15 +248,20 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
   const bool choose = a.kv_chunk_blocks == 0 && a.workers > 0 && B > 0 && longest > min_chunk;
   if (choose) {
     // Candidates in order (k = 0 unsplit), then their costs, then the first within 2 % of the best.
-    ex.serial([&] {
-      std::int64_t k = 0;
-      for (rules::Candidate c{longest, 1}; c.chunk_blocks > 0;
-           c = rules::next_candidate(c, longest, min_chunk, a.workers)) {
-        s.candidates[k++] = c.chunk_blocks;
-      }
-      s.candidates[2 * kMaxCandidates - 1] = k;
+    // next_candidate's sequence is the distinct values of split_chunk(n) for split counts n = 1 ..
+    // 2 x workers (non-increasing, split_chunk(1) = longest): n gives a candidate where its chunk
+    // is below n - 1's, and its index is the count of those before it (a scan).
+    auto split_chunk = [&](std::int64_t n) {
+      return rules::max64(min_chunk, rules::ceil_div(longest, n));
+    };
+    auto starts_candidate = [&](std::int64_t i) {
+      return i == 0 || split_chunk(i + 1) < split_chunk(i) ? std::int64_t(1) : std::int64_t(0);
+    };
+    const std::int64_t counts = 2 * std::int64_t(a.workers);
+    const std::int64_t count = ex.exclusive_scan(counts, starts_candidate, s.candidate_sums);
+    ex.parallel(counts, [&](std::int64_t i) {
+      if (starts_candidate(i)) s.candidates[s.candidate_sums[i]] = split_chunk(i + 1);
     });
-    const std::int64_t count = s.candidates[2 * kMaxCandidates - 1];
     ex.segmented_sum(
         count, B,
         [&](std::int64_t k, std::int64_t b) {
@@ -278,8 +287,8 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
                  ? std::uint64_t(k)
                  : kOut;
     });
-    ex.serial([&] { s.candidates[2 * kMaxCandidates - 2] = s.candidates[first]; });
-    chunk = s.candidates[2 * kMaxCandidates - 2];
+    ex.serial([&] { s.candidates[s.max_candidates] = s.candidates[first]; });
+    chunk = s.candidates[s.max_candidates];
   }
   ex.parallel(B, [&](std::int64_t b) { s.chunk[b] = chunk; });
   if (choose && chunk >= longest) {
@@ -318,11 +327,11 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
   ex.parallel(B, [&](std::int64_t b) {
     const std::int64_t n = splits(b), Q = s.q[b], start = a.query_start_loc[b];
     const std::int64_t chunk_tokens = s.chunk[b] * a.block_size;
-    const std::int32_t* bounds = v.row_bound + start;
     for (std::int64_t i = 0; i < n; ++i) {
       const auto begin = std::int32_t(i * chunk_tokens);
       const auto end = std::int32_t(rules::min64(s.local[b], (i + 1) * chunk_tokens));
-      const std::int32_t visible = rules::visible_end(bounds, 0, Q * H, int(H), begin, end);
+      // The split's last row sees all T: its local bound is the request's local length.
+      const std::int32_t visible = rules::clamp_visible(s.local[b], begin, end);
       s.keys[s.split_first[b] + i] =
           rules::order_key(rules::walk_tiles(begin, visible), s.split_first[b] + i);
       s.split_request[s.split_first[b] + i] = std::int32_t(b);
@@ -340,29 +349,39 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
   ex.exclusive_scan(
       num_splits, [&](std::int64_t k) { return s.tiles[s.split_request[sorted_index(k)]]; },
       s.item_first);
-  // Work items: each split in launch order writes its items.
-  ex.parallel(num_splits, [&](std::int64_t k) {
-    const std::int64_t index = sorted_index(k);
+  // Work items, one each: the split holding item x is the last whose first item is <= x.
+  ex.parallel(items, [&](std::int64_t x) {
+    std::int64_t lo = 0, hi = num_splits - 1;
+    while (lo < hi) {
+      const std::int64_t mid = (lo + hi + 1) / 2;
+      if (s.item_first[mid] <= x)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    const std::int64_t index = sorted_index(lo);
     const std::int64_t b = s.split_request[index], i = index - s.split_first[b];
-    const std::int64_t Q = s.q[b], start = a.query_start_loc[b];
+    const std::int64_t Q = s.q[b], start = a.query_start_loc[b], T = a.seq_lens[b];
     const std::int64_t chunk_tokens = s.chunk[b] * a.block_size;
     const auto begin = std::int32_t(i * chunk_tokens);
     const auto end = std::int32_t(rules::min64(s.local[b], (i + 1) * chunk_tokens));
     const std::int64_t pairs = Q * H;
     const std::int64_t step = a.tile_pairs > 0 ? a.tile_pairs : pairs;
-    const std::int32_t partial = splits(b) > 1 ? std::int32_t(s.partial_first[b] + i * Q) : -1;
-    WorkItem* out = v.items + s.item_first[k];
-    for (std::int64_t pb = 0; pb < pairs; pb += step, ++out) {
-      const std::int64_t np = rules::min64(step, pairs - pb);
-      *out = {std::int32_t(b),
-              std::int32_t(start),
-              std::int32_t(pb),
-              std::int32_t(np),
-              begin,
-              end,
-              rules::visible_end(v.row_bound + start, pb, np, int(H), begin, end),
-              partial};
-    }
+    const std::int64_t pb = (x - s.item_first[lo]) * step;
+    const std::int64_t np = rules::min64(step, pairs - pb);
+    // The bound of the item's last row, from the rules (the schedule's copy is in global memory
+    // that this step wrote).
+    const std::int64_t last_row = std::uint32_t(pb + np - 1) / std::uint32_t(H);
+    const auto last_bound =
+        std::int32_t(rules::row_local_bound(T, Q, last_row, false, a.world, a.rank, a.interleave));
+    v.items[x] = {std::int32_t(b),
+                  std::int32_t(start),
+                  std::int32_t(pb),
+                  std::int32_t(np),
+                  begin,
+                  end,
+                  rules::clamp_visible(last_bound, begin, end),
+                  splits(b) > 1 ? std::int32_t(s.partial_first[b] + i * Q) : -1};
   });
   ex.serial([&] {
     ScheduleHeader& h = *v.header;

@@ -34,6 +34,27 @@ DCPMLA_HD std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
   }
   return (a + b - 1) / b;
 }
+// Ceiling division of many dividends by one divisor without a divide instruction (the host
+// planner evaluates every request against every candidate chunk): x / d = (x m) >> s for x < 2^31
+// with m = floor(2^(31 + l) / d) + 1, l = ceil(log2 d) (Granlund and Montgomery, 1994), so m fits
+// 32 bits and x m 63. Exact: the same quotients as ceil_div.
+struct CeilDivider {
+  std::uint64_t magic = 1;
+  int shift = 0;
+  std::int64_t divisor = 1;
+  // d in [1, 2^31).
+  DCPMLA_HD explicit CeilDivider(std::int64_t d) : divisor(d) {
+    int l = 0;
+    while ((std::int64_t(1) << l) < d) ++l;
+    shift = 31 + l;
+    magic = ((std::uint64_t(1) << shift) / std::uint64_t(d)) + 1;
+  }
+  // ceil(a / d) for a in [0, 2^31].
+  DCPMLA_HD std::int64_t ceil(std::int64_t a) const {
+    return a > 0 ? std::int64_t((std::uint64_t(a - 1) * magic) >> shift) + 1 : 0;
+  }
+};
+
 DCPMLA_HD std::int64_t min64(std::int64_t a, std::int64_t b) {
   return a < b ? a : b;
 }
@@ -132,6 +153,13 @@ DCPMLA_HD std::int64_t row_local_bound(std::int64_t T, std::int64_t Q, std::int6
   return local_len(bound, world, rank, interleave);
 }
 
+// An item's visible end from its last row's bound: min(bound, kv_end), at least kv_begin.
+DCPMLA_HD std::int32_t clamp_visible(std::int32_t last_row_bound, std::int32_t kv_begin,
+                                     std::int32_t kv_end) {
+  const std::int32_t bound = last_row_bound < kv_end ? last_row_bound : kv_end;
+  return bound > kv_begin ? bound : kv_begin;
+}
+
 // Visible end of the item of pairs [pair_begin, pair_begin + num_pairs) of a request split
 // [kv_begin, kv_end): max over its rows of min(row bound, kv_end), at least kv_begin. A request's
 // row bounds never decrease (causal rows see one more position each; full rows all see T), so
@@ -141,8 +169,7 @@ DCPMLA_HD std::int32_t visible_end(const std::int32_t* row_bound, std::int64_t p
                                    std::int32_t kv_end) {
   // A request's pairs fit 31 bits (make_plan checks Q x H): a 32-bit division.
   const std::uint32_t last = std::uint32_t(pair_begin + num_pairs - 1) / std::uint32_t(num_heads);
-  const std::int32_t bound = row_bound[last] < kv_end ? row_bound[last] : kv_end;
-  return bound > kv_begin ? bound : kv_begin;
+  return clamp_visible(row_bound[last], kv_begin, kv_end);
 }
 
 // The walk of an item in tiles of kTileKeys keys: the launch order's sort key.

@@ -97,17 +97,21 @@ Plan make_plan(const Batch& batch, const PlanConfig& config) {
   const std::int64_t span = std::int64_t(sh.world) * sh.interleave;
   const std::int64_t own_begin = std::int64_t(sh.rank) * sh.interleave;
   const std::int64_t own_end = own_begin + sh.interleave;
+  // Local lengths and Q x H are below 2^31 (validate_batch): dividers instead of divisions.
+  const rules::CeilDivider blocks(bs);
+  const int tile_pairs = config.model.tile_pairs;
+  const rules::CeilDivider tiles(std::max(tile_pairs, 1));
   for (int b = 0; b < B; ++b) {
     const int Q = batch.q_len(b);
     const auto T = batch.total_len[b];
     const auto local = rules::local_len(T, sh.world, sh.rank, sh.interleave);
     plan.request_local_len[b] = std::int32_t(local);
     const auto fullest = rules::local_len(T, sh.world, 0, sh.interleave);
-    plan.blocks_per_request =
-        std::max(plan.blocks_per_request, std::int32_t(rules::ceil_div(fullest, bs)));
+    plan.blocks_per_request = std::max(plan.blocks_per_request, std::int32_t(blocks.ceil(fullest)));
     in.q[b] = Q;
-    in.kv_blocks[b] = rules::ceil_div(local, bs);
-    in.tiles[b] = rules::tiles_per_split(Q, H, config.model.tile_pairs);
+    in.kv_blocks[b] = blocks.ceil(local);
+    // rules::tiles_per_split
+    in.tiles[b] = tile_pairs > 0 ? std::max<std::int64_t>(1, tiles.ceil(std::int64_t(Q) * H)) : 1;
     // The visible prefix is local_len of the row's own global bound, never local(T) - offset.
     // Causal bounds of consecutive rows differ by one position, so local_len(bound + 1) is
     // local_len(bound) plus one when this rank owns position `bound`: no division per row.
@@ -174,27 +178,45 @@ Plan make_plan(const Batch& batch, const PlanConfig& config) {
   for (std::size_t i = 0; i < splits.size(); ++i) order[i] = splits[i].key;
   std::sort(order.begin(), order.end());
 
-  const std::int64_t tile_pairs = config.model.tile_pairs;
   std::int64_t items = 0;
   for (const Split& s : splits) items += in.tiles[s.request];
   plan.work.resize(std::size_t(items));
   WorkItem* out = plan.work.data();
   for (const std::uint64_t key : order) {
     const Split& s = splits[key & 0xffffffffu];
+    const std::int32_t q = in.q[s.request];
     const std::int32_t row_begin = batch.query_start_loc[s.request];
-    const std::int32_t pairs = in.q[s.request] * H;
+    const std::int32_t pairs = q * H;
     const std::int32_t step = tile_pairs > 0 ? std::int32_t(tile_pairs) : pairs;
     const std::int32_t* bounds = plan.row_local_bound.data() + row_begin;
-    for (std::int32_t pb = 0; pb < pairs; pb += step, ++out) {
-      const std::int32_t np = std::min(step, pairs - pb);
+    const std::int32_t kv_begin = s.kv_begin, kv_end = s.kv_end, partial = s.partial_row;
+    // The row of each item's last pair (pb + step - 1) advances by step / H rows and step % H
+    // heads an item: rules::visible_end without a division per item.
+    std::int32_t last_row = (step - 1) / H, last_head = (step - 1) % H;
+    const std::int32_t row_step = step / H, head_step = step % H;
+    const std::int32_t full_items = pairs / step;
+    for (std::int32_t t = 0; t < full_items; ++t, ++out) {
       *out = {s.request,
               row_begin,
-              pb,
-              np,
-              s.kv_begin,
-              s.kv_end,
-              rules::visible_end(bounds, pb, np, H, s.kv_begin, s.kv_end),
-              s.partial_row};
+              t * step,
+              step,
+              kv_begin,
+              kv_end,
+              rules::clamp_visible(bounds[last_row], kv_begin, kv_end),
+              partial};
+      last_row += row_step;
+      last_head += head_step;
+      if (last_head >= H) last_head -= H, ++last_row;
+    }
+    if (full_items * step < pairs) {
+      *out++ = {s.request,
+                row_begin,
+                full_items * step,
+                pairs - full_items * step,
+                kv_begin,
+                kv_end,
+                rules::clamp_visible(bounds[q - 1], kv_begin, kv_end),
+                partial};
     }
   }
   // decode_workspace_bytes must not wrap around (a backend would under-allocate).

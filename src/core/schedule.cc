@@ -310,8 +310,13 @@ void Schedule::plan_on_device(const DeviceBatchRef& batch, Stream s) {
                              planner::kMaxSortKeys, planner::kMaxWorkers),
                  fmt::format("{} requests, {} work items, {} workers", capacity_.requests,
                              capacity_.work_items, config_.model.workers));
-  backend_->plan_schedule(*this, batch, N, s);
   const std::int64_t H = config_.num_heads;
+  DCPMLA_REQUIRE(capacity_.rows * H <= std::numeric_limits<std::int32_t>::max(),
+                 ErrorCode::unsupported, "schedule",
+                 "rows x num_heads below 2^31 for planning on the device (a request's pairs are "
+                 "counted in int32)",
+                 fmt::format("{} rows x {} heads", capacity_.rows, H));
+  backend_->plan_schedule(*this, batch, N, s);
   host_ = {
       true, true, std::int32_t(B), N, -1, -1, -1,
       // The split merge's kernel for few splits merges any count correctly.

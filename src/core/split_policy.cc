@@ -23,15 +23,46 @@ std::int64_t batch_chunk(const SplitInputs& in, const PlanConfig& config, std::i
   };
   std::vector<Option> options;
   std::uint64_t best = 0;
+  // Where no term can reach split_terms' cap (splits <= longest) and B terms stay under the sums'
+  // cap, the sums need neither: a loop of multiplies (CeilDivider) instead of divisions.
+  const std::int64_t max_tiles = *std::max_element(in.tiles.begin(), in.tiles.end());
+  const std::int64_t max_q = *std::max_element(in.q.begin(), in.q.end());
+  const bool exact = B <= (std::size_t(1) << 22) && longest <= rules::kTermCap / max_tiles &&
+                     longest <= rules::kTermCap / (max_q * std::int64_t(H));
+  // 32-bit copies (every value fits: blocks and pairs of a request are below 2^31) for a loop
+  // the compiler vectorises: 32 x 32 -> 64-bit multiplies, no branches.
+  std::vector<std::uint32_t> kv32, tiles32, q32;
+  if (exact) {
+    kv32.assign(in.kv_blocks.begin(), in.kv_blocks.end());
+    tiles32.assign(in.tiles.begin(), in.tiles.end());
+    q32.assign(in.q.begin(), in.q.end());
+  }
   for (rules::Candidate c{longest, 1}; c.chunk_blocks > 0;
        c = rules::next_candidate(c, longest, min_chunk, S)) {
     std::int64_t items = 0, split_pairs = 0;
-    for (std::size_t b = 0; b < B; ++b) {
-      const auto t = rules::split_terms(in.kv_blocks[b], c.chunk_blocks, in.tiles[b], in.q[b], H);
-      // Saturating: terms are at most 2^40, sums stop at 2^62 (the GPU planner's sums over at
-      // most 16384 requests never get there, so both agree).
-      items = std::min(items + t.work_items, kSumCap);
-      split_pairs = std::min(split_pairs + t.split_pairs, kSumCap);
+    if (exact) {
+      const rules::CeilDivider divider(c.chunk_blocks);
+      const std::uint64_t chunk = std::uint64_t(c.chunk_blocks), magic = divider.magic;
+      const int shift = divider.shift;
+      std::uint64_t item_sum = 0, split_q = 0;
+      for (std::size_t b = 0; b < B; ++b) {
+        const std::uint64_t kv = kv32[b];
+        // CeilDivider::ceil; a request of 0 blocks wraps here and takes the unsplit branch.
+        const std::uint64_t quotient = (((kv - 1) * magic) >> shift) + 1;
+        const std::uint64_t n = kv <= chunk ? 1 : quotient;
+        item_sum += tiles32[b] * n;
+        split_q += n > 1 ? n * q32[b] : 0;
+      }
+      items = std::int64_t(item_sum);
+      split_pairs = std::int64_t(split_q) * H;
+    } else {
+      for (std::size_t b = 0; b < B; ++b) {
+        const auto t = rules::split_terms(in.kv_blocks[b], c.chunk_blocks, in.tiles[b], in.q[b], H);
+        // Saturating: terms are at most 2^40, sums stop at 2^62 (the GPU planner's sums over at
+        // most 16384 requests never get there, so both agree).
+        items = std::min(items + t.work_items, kSumCap);
+        split_pairs = std::min(split_pairs + t.split_pairs, kSumCap);
+      }
     }
     // The unsplit candidate always counts: a plan over the limits then fails its capacity check.
     if (!options.empty() && !rules::within_limits(items, split_pairs, H, config.max_work_items,

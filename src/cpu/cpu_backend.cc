@@ -11,6 +11,7 @@
 #include "decode.h"
 #include "device_planner_emulation.h"
 #include "kv_write.h"
+#include "merge_states.h"
 #include "thread_pool.h"
 
 namespace dcpmla {
@@ -62,6 +63,7 @@ class CpuBackend final : public Backend {
   void combine_pack(const CombinePackArgs& a, Stream) override { cpu::combine_pack(pool_, a); }
   void combine_merge(const CombineMergeArgs& a, Stream) override { cpu::combine_merge(pool_, a); }
   void convert(const ConvertArgs& a, Stream) override { cpu::convert(a); }
+  void merge_states(const MergeStatesArgs& a, Stream) override { cpu::merge_states(pool_, a); }
 
  protected:
   void run_decode(const DecodeArgs& a, Stream s) override {

@@ -49,6 +49,18 @@ struct Views {
   float* partial_lse;  // [partial_rows, H]
 };
 
+// The calling thread's scratch, kept for its lifetime (the pool's workers live as long as the
+// backend): a decode of a few tokens then costs no allocation of tile buffers.
+Scratch& thread_scratch() {
+  thread_local Scratch s = [] {
+    Scratch made;
+    made.keys.resize(std::size_t(kTileTokens) * kHeadDim);
+    made.scores.resize(kTileTokens);
+    return made;
+  }();
+  return s;
+}
+
 // Dequantises local tokens [t0, t1) of request b into s.keys.
 void gather_keys(const Views& v, int b, std::int32_t t0, std::int32_t t1, Scratch& s) {
   const std::size_t elem = dtype_size(v.cache_dtype);
@@ -226,13 +238,8 @@ void decode(ThreadPool& pool, const DecodeArgs& args, const Schedule& schedule) 
   // A faulted device plan: every row NaN, so nothing downstream takes it for attention.
   if (header.fault != kNoFault) return fill_rows(0, rows, NAN, NAN);
 
-  std::vector<Scratch> scratch(std::size_t(pool.size()));
-  for (auto& s : scratch) {
-    s.keys.resize(std::size_t(kTileTokens) * kHeadDim);
-    s.scores.resize(kTileTokens);
-  }
   pool.parallel_for(header.num_items,
-                    [&](std::int64_t i, int worker) { run_item(v, sv.items[i], scratch[worker]); });
+                    [&](std::int64_t i, int) { run_item(v, sv.items[i], thread_scratch()); });
   pool.parallel_for(header.num_merge_rows,
                     [&](std::int64_t i, int) { run_merge(v, sv.merge_rows[i]); });
   // Padding rows belong to no request: O = 0, LSE = -inf.

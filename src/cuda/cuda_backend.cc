@@ -171,6 +171,10 @@ class CudaBackend final : public Backend {
     use_device();
     cuda::convert(a, as_stream(s));
   }
+  void merge_states(const MergeStatesArgs& a, Stream s) override {
+    use_device();
+    cuda::merge_states(a, as_stream(s));
+  }
 
  protected:
   void run_decode(const DecodeArgs& a, Stream s) override {

@@ -24,6 +24,9 @@ void decode(const DecodeArgs& args, const Schedule& schedule, cudaStream_t s);
 // plan/device_planner.cu: plans `batch` into the schedule's memory on s (Schedule checked it).
 void plan_on_device(Schedule& schedule, const DeviceBatchRef& batch, std::int64_t num_tokens,
                     cudaStream_t s);
+// Whether that planner keeps its scratch in shared memory for this schedule (else in the
+// schedule's own scratch, in global memory).
+bool plans_in_shared_memory(const Schedule& schedule);
 
 // Where a decode writes its final rows (output_rows.cuh has the device side). Plain: O of item
 // (row * H + h) at out[item * 512 ...] (f32 or bf16) and its LSE at lse[item]. Packed (DecodeArgs
@@ -100,6 +103,8 @@ void combine_pack(const CombinePackArgs& args, cudaStream_t s);
 void combine_merge(const CombineMergeArgs& args, cudaStream_t s);
 // combine/convert.cu
 void convert(const ConvertArgs& args, cudaStream_t s);
+// combine/merge_states.cu: S partial states -> one (Backend::merge_states).
+void merge_states(const MergeStatesArgs& args, cudaStream_t s);
 // combine/accumulate.cu: dst[i] += src[i].
 void accumulate(float* dst, const float* src, std::size_t count, cudaStream_t s);
 

@@ -180,6 +180,68 @@ TEST(CudaBackend, WriteKvMatchesCpuAndSkipsBadSlots) {
   }
 }
 
+// The log-sum-exp merge of S partial states of any width, f32 and bf16 payloads and outputs,
+// natural and base-2 LSE: the CPU backend's result, up to the rounding of fused multiply-adds;
+// empty states (L = -inf, NaN payload) skipped, pairs without a state O = 0 / L = -inf.
+TEST(CudaBackend, MergeStatesMatchesCpu) {
+  DCPMLA_REQUIRE_GPU();
+  auto be = make_backend();
+  auto cpu = make_cpu_backend(1);
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  for (const auto& [S, D] : {std::pair{2, 512}, std::pair{7, 96}, std::pair{1, 5}}) {
+    const std::int64_t N = 3, H = 5, pairs = N * H;
+    auto v = random_floats(std::size_t(S * pairs * D), std::uint64_t(S * 100 + D));
+    auto s = random_floats(std::size_t(S * pairs), std::uint64_t(S + D), 3.0f);
+    s[0] = -kInf;  // state 0 of pair 0 is empty: its payload is never read
+    for (int d = 0; d < D; ++d) v[std::size_t(d)] = NAN;
+    for (int r = 0; r < S; ++r) s[std::size_t(r * pairs + 1)] = -kInf;  // pair 1: no state
+    for (DType in : {DType::f32, DType::bf16}) {
+      for (DType out : {DType::f32, in}) {
+        for (bool base_e : {true, false}) {
+          SCOPED_TRACE(fmt::format("S {} D {} {} -> {}, base e {}", S, D, to_string(in),
+                                   to_string(out), base_e));
+          const auto v_bytes = encode(v, in);
+          std::vector<std::uint8_t> want_out(std::size_t(pairs * D) * dtype_size(out));
+          std::vector<float> want_lse(static_cast<std::size_t>(pairs));
+          MergeStatesArgs a;
+          a.v = TensorRef(v_bytes.data(), in, {S, N, H, D});
+          a.s = TensorRef(s.data(), DType::f32, {S, N, H});
+          a.v_out = TensorRef(want_out.data(), out, {N, H, D});
+          a.s_out = TensorRef(want_lse.data(), DType::f32, {N, H});
+          a.lse_base_e = base_e;
+          cpu->merge_states(a, nullptr);
+
+          const DeviceBuffer dv = to_device(*be, v_bytes), ds = to_device(*be, s);
+          const DeviceBuffer dout(*be, want_out.size()), dlse(*be, want_lse.size() * 4);
+          MergeStatesArgs g = a;
+          g.v = dv.tensor(in, {S, N, H, D});
+          g.s = ds.tensor(DType::f32, {S, N, H});
+          g.v_out = dout.tensor(out, {N, H, D});
+          g.s_out = dlse.tensor(DType::f32, {N, H});
+          be->merge_states(g, nullptr);
+          const auto got_lse = to_host<float>(*be, dlse.data(), want_lse.size());
+          const auto got_out =
+              decode_values(to_host<std::uint8_t>(*be, dout.data(), want_out.size()), out);
+          const auto want_values = decode_values(want_out, out);
+          for (std::size_t i = 0; i < want_lse.size(); ++i) {
+            if (std::isinf(want_lse[i])) {
+              EXPECT_EQ(got_lse[i], want_lse[i]) << "pair " << i;
+            } else {
+              EXPECT_NEAR(got_lse[i], want_lse[i], 1e-5f * (1.0f + std::abs(want_lse[i])));
+            }
+          }
+          const float tol = out == DType::bf16 ? 1.6e-2f : 1e-5f;
+          for (std::size_t i = 0; i < want_values.size(); ++i) {
+            ASSERT_NEAR(got_out[i], want_values[i], tol * (1.0f + std::abs(want_values[i])))
+                << "element " << i;
+          }
+          for (int d = 0; d < D; ++d) EXPECT_EQ(got_out[std::size_t(D + d)], 0.0f);
+        }
+      }
+    }
+  }
+}
+
 // fp8 stores e4m3(x / k_scale), a division: for the latents drawn here (found on the host)
 // e4m3(x * (1 / k_scale)) is a different value, so a writer that multiplies fails.
 TEST(CudaBackend, Fp8WriteDividesByTheScale) {

@@ -194,7 +194,7 @@ TEST(CudaLaunchPlan, SpecRaggedBatchTiles) {
   batch.block_table = {0, 1, 2, 3};
   const Plan plan = make_plan(batch, config_of({2, 1, 1}, 16, 64, 4, kNoSplit));
   ASSERT_EQ(plan.work.size(), 3u);
-  std::vector<DecodeTile> tiles = plan.work;
+  std::vector<DecodeTile> tiles(plan.work.begin(), plan.work.end());
   std::sort(tiles.begin(), tiles.end(), [](const DecodeTile& a, const DecodeTile& b) {
     return std::tie(a.request, a.pair_begin) < std::tie(b.request, b.pair_begin);
   });

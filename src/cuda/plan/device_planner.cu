@@ -1,7 +1,11 @@
 // The GPU planner: core/device_planner.h's steps run by one thread block of 1024 threads, with
 // block-wide reductions, scans and a bitonic sort in shared memory. One launch writes a whole
 // schedule (or its fault), so a captured graph can plan and decode batches whose lengths exist
-// only on the device.
+// only on the device. The steps are short and each waits for the one before, so the planner's
+// time is latency: its scratch lives in shared memory wherever it fits (the schedule's own
+// scratch in global memory serves larger capacities), and the sort's stages within a warp use
+// shuffles instead of barriers.
+#include <algorithm>
 #include <cstdint>
 
 #include "core/device_planner.h"
@@ -12,13 +16,28 @@
 namespace dcpmla::cuda {
 namespace {
 
-constexpr int kThreads = 1024;
-constexpr int kWarps = kThreads / 32;
-
+// Reductions and scans meet at one barrier each: the warps' values go to one of two slot sets
+// that alternate, and every warp combines them itself (lane l reads warp l % kWarps's slot). A set
+// is written again two reductions later, after every thread has passed the next reduction's
+// barrier, so after it has read it.
+//
+// Every phase costs each warp its loop control and reductions whatever the batch, and a scheduler
+// issues one instruction a cycle: a block sized for the batch (plan_threads) plans small batches
+// several times sooner than 1024 threads.
+template <int kThreads>
 struct GpuExecutor {
-  std::int64_t* partial;  // shared [kWarps + 1]
+  static constexpr int kWarps = kThreads / 32;
+  static_assert(kWarps >= 1 && kWarps <= 32 && (kWarps & (kWarps - 1)) == 0);
+  std::int64_t* partial;  // shared [2 * kWarps]
   std::uint64_t* sorted;  // shared [sort_capacity]
   std::int64_t sort_capacity;
+  int slot_set = 0;
+
+  __device__ std::int64_t* next_slots() {
+    std::int64_t* slots = partial + slot_set * kWarps;
+    slot_set ^= 1;
+    return slots;
+  }
 
   __device__ static std::int64_t tid() { return threadIdx.x; }
 
@@ -35,19 +54,14 @@ struct GpuExecutor {
   // Block-wide fold of one value per thread with op; every thread gets the result.
   template <class T, class Op>
   __device__ T fold(T v, Op op) {
+    static_assert(sizeof(T) == sizeof(std::int64_t));
     for (int o = 16; o > 0; o /= 2) v = op(v, T(__shfl_xor_sync(0xffffffffu, v, o)));
-    auto* slots = reinterpret_cast<T*>(partial);
+    auto* slots = reinterpret_cast<T*>(next_slots());
     if (threadIdx.x % 32 == 0) slots[threadIdx.x / 32] = v;
     __syncthreads();
-    if (threadIdx.x < 32) {
-      T w = slots[threadIdx.x];
-      for (int o = 16; o > 0; o /= 2) w = op(w, T(__shfl_xor_sync(0xffffffffu, w, o)));
-      if (threadIdx.x == 0) slots[kWarps] = w;
-    }
-    __syncthreads();
-    const T result = slots[kWarps];
-    __syncthreads();
-    return result;
+    T w = slots[threadIdx.x % kWarps];
+    for (int o = kWarps / 2; o > 0; o /= 2) w = op(w, T(__shfl_xor_sync(0xffffffffu, w, o)));
+    return w;
   }
   template <class F>
   __device__ std::int64_t sum(std::int64_t n, F&& f) {
@@ -70,13 +84,18 @@ struct GpuExecutor {
     }
     return fold(v, [](std::uint64_t a, std::uint64_t b) { return a < b ? a : b; });
   }
-  // A warp per segment k, its lanes over i.
+  // Warps share the segments out: several warps a segment where there are fewer segments than
+  // warps (each adds its part to out atomically), else a warp per segment at a time.
   template <class F>
   __device__ void segmented_sum(std::int64_t m, std::int64_t n, F&& f, std::int64_t* out) {
-    const int lane = threadIdx.x % 32;
-    for (std::int64_t k = threadIdx.x / 32; k < m; k += kWarps) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const std::int64_t warps_per_segment = m < kWarps ? kWarps / m : 1;
+    for (std::int64_t k = threadIdx.x; k < 2 * m; k += kThreads) out[k] = 0;
+    __syncthreads();
+    const std::int64_t part = warp % warps_per_segment;
+    for (std::int64_t k = warp / warps_per_segment; k < m; k += kWarps / warps_per_segment) {
       std::int64_t a = 0, b = 0;
-      for (std::int64_t i = lane; i < n; i += 32) {
+      for (std::int64_t i = part * 32 + lane; i < n; i += 32 * warps_per_segment) {
         const auto t = f(k, i);
         a += t.work_items;
         b += t.split_pairs;
@@ -85,65 +104,92 @@ struct GpuExecutor {
         a += __shfl_xor_sync(0xffffffffu, a, o);
         b += __shfl_xor_sync(0xffffffffu, b, o);
       }
-      if (lane == 0) out[2 * k] = a, out[2 * k + 1] = b;
+      if (lane == 0) {
+        atomicAdd(reinterpret_cast<unsigned long long*>(&out[2 * k]), (unsigned long long)a);
+        atomicAdd(reinterpret_cast<unsigned long long*>(&out[2 * k + 1]), (unsigned long long)b);
+      }
     }
     __syncthreads();
   }
-  // Chunks of kThreads: a warp scan, the warps' totals scanned by warp 0, plus the carry.
+  // Chunks of kThreads: a warp scan, then every warp scans the warps' totals itself (lanes past
+  // kWarps scan copies that no lane reads).
   template <class F>
   __device__ std::int64_t exclusive_scan(std::int64_t n, F&& f, std::int64_t* out) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    auto inclusive_warp_scan = [&](std::int64_t v) {
+      for (int o = 1; o < 32; o *= 2) {
+        const std::int64_t y = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += y;
+      }
+      return v;
+    };
     std::int64_t carry = 0;
     for (std::int64_t base = 0; base < n; base += kThreads) {
       const std::int64_t i = base + threadIdx.x;
       const std::int64_t x = i < n ? f(i) : 0;
-      std::int64_t incl = x;
-      for (int o = 1; o < 32; o *= 2) {
-        const std::int64_t y = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += y;
-      }
-      if (lane == 31) partial[warp] = incl;
+      const std::int64_t incl = inclusive_warp_scan(x);
+      std::int64_t* slots = next_slots();
+      if (lane == 31) slots[warp] = incl;
       __syncthreads();
-      if (warp == 0) {
-        const std::int64_t total = partial[lane];
-        std::int64_t scan = total;
-        for (int o = 1; o < 32; o *= 2) {
-          const std::int64_t y = __shfl_up_sync(0xffffffffu, scan, o);
-          if (lane >= o) scan += y;
-        }
-        partial[lane] = scan - total;  // exclusive over warps
-        if (lane == 31) partial[kWarps] = scan;
-      }
-      __syncthreads();
-      if (i < n) out[i] = carry + partial[warp] + incl - x;
-      carry += partial[kWarps];
-      __syncthreads();
+      const std::int64_t total = slots[lane % kWarps];
+      const std::int64_t totals = inclusive_warp_scan(total);
+      const std::int64_t before = __shfl_sync(0xffffffffu, totals - total, warp);
+      if (i < n) out[i] = carry + before + incl - x;
+      carry += __shfl_sync(0xffffffffu, totals, kWarps - 1);
     }
+    // The outputs are read by other threads in the next step.
+    __syncthreads();
     return carry;
   }
-  // Bitonic sort of keys[0, n) in shared memory, padded to a power of two with the largest key.
+  // Bitonic sort of keys[0, n), padded to a power of two with the largest key: in place when
+  // the keys are in shared memory (room for the padding: sort_capacity), else through `sorted`.
+  // Partners closer than a warp (j < 32) exchange through shuffles: one barrier per merge level
+  // for those stages instead of one per stage.
   __device__ void sort(std::uint64_t* keys, std::int64_t n) {
     std::int64_t size = 1;
     while (size < n) size *= 2;
+    const bool in_place = __isShared(keys);
+    std::uint64_t* buf = in_place ? keys : sorted;
     for (std::int64_t i = tid(); i < size; i += kThreads) {
-      sorted[i] = i < n ? keys[i] : ~std::uint64_t(0);
+      if (i >= n) {
+        buf[i] = ~std::uint64_t(0);
+      } else if (!in_place) {
+        buf[i] = keys[i];
+      }
     }
     __syncthreads();
+    // Below a warp's width the shuffles would leave lanes idle in a partial warp: all in memory.
+    const std::int64_t first_shared_j = size >= 32 ? 32 : 1;
     for (std::int64_t k = 2; k <= size; k *= 2) {
-      for (std::int64_t j = k / 2; j > 0; j /= 2) {
+      for (std::int64_t j = k / 2; j >= first_shared_j; j /= 2) {
         for (std::int64_t i = tid(); i < size; i += kThreads) {
           const std::int64_t partner = i ^ j;
           if (partner > i) {
             const bool ascending = (i & k) == 0;
-            const std::uint64_t a = sorted[i], b = sorted[partner];
-            if ((a > b) == ascending) sorted[i] = b, sorted[partner] = a;
+            const std::uint64_t a = buf[i], b = buf[partner];
+            if ((a > b) == ascending) buf[i] = b, buf[partner] = a;
           }
         }
         __syncthreads();
       }
+      if (first_shared_j == 1) continue;
+      // size is a power of two >= 32: whole warps take part.
+      for (std::int64_t i = tid(); i < size; i += kThreads) {
+        std::uint64_t v = buf[i];
+        const bool ascending = (i & k) == 0;
+        for (int j = int(k / 2 < 16 ? k / 2 : 16); j > 0; j /= 2) {
+          const std::uint64_t other = __shfl_xor_sync(0xffffffffu, v, j);
+          const bool lower = (i & j) == 0;  // the lower index keeps the smaller when ascending
+          v = (lower == ascending) == (v < other) ? v : other;
+        }
+        buf[i] = v;
+      }
+      __syncthreads();
     }
-    for (std::int64_t i = tid(); i < n; i += kThreads) keys[i] = sorted[i];
-    __syncthreads();
+    if (!in_place) {
+      for (std::int64_t i = tid(); i < n; i += kThreads) keys[i] = buf[i];
+      __syncthreads();
+    }
   }
 };
 
@@ -152,28 +198,64 @@ struct PlanParams {
   ScheduleView view;
   planner::Scratch scratch;
   std::int64_t sort_capacity;
+  bool smem_scratch;
+  std::int64_t requests, work_items, max_candidates;  // the shared-memory scratch's shape
 };
 
+// Dynamic shared memory of the planner (the opt-in maximum of sm_90 is 227 KiB a block).
+constexpr std::uint32_t kMaxSmem = 200 * 1024;
+static_assert(planner::kMaxSortKeys * sizeof(std::uint64_t) <= kMaxSmem);
+
+// The scratch in shared memory (smem_scratch) or the schedule's (then `sorted` holds the sort).
+template <int kThreads>
 __global__ void __launch_bounds__(kThreads) plan_kernel(const PlanParams p) {
-  extern __shared__ std::uint64_t sorted[];
-  __shared__ std::int64_t partial[kWarps + 1];
-  GpuExecutor ex{partial, sorted, p.sort_capacity};
-  planner::plan_batch(ex, p.batch, p.view, p.scratch);
+  extern __shared__ std::uint64_t smem[];
+  __shared__ std::int64_t partial[2 * GpuExecutor<kThreads>::kWarps];
+  GpuExecutor<kThreads> ex{partial, smem, p.sort_capacity};
+  const planner::Scratch scratch =
+      p.smem_scratch ? planner::scratch_view(reinterpret_cast<std::byte*>(smem), p.requests,
+                                             p.work_items, p.max_candidates)
+                     : p.scratch;
+  planner::plan_batch(ex, p.batch, p.view, scratch);
+}
+
+// Threads of the planner's block for a capacity. Measured on one H200 (W 8, H 128, B ragged
+// requests of Q 1..8, T up to 32K; us for B = 1 / 256 / 1024): 128 threads 22.8 / 51.9 / 255,
+// 256 threads 19.2 / 33.3 / 159, 512 threads 20.1 / 33.0 / 123, 1024 threads 27.7 / 43.8 / 110.
+int plan_threads(const ScheduleCapacity& c) {
+  return c.requests <= 512 ? 256 : 1024;
+}
+
+std::int64_t max_candidates(const Schedule& schedule) {
+  return std::max<std::int64_t>(1, 2 * schedule.config().model.workers);
 }
 
 }  // namespace
+
+bool plans_in_shared_memory(const Schedule& schedule) {
+  const ScheduleCapacity& c = schedule.capacity();
+  return planner::scratch_bytes(c.requests, c.work_items, max_candidates(schedule)) <= kMaxSmem;
+}
 
 void plan_on_device(Schedule& schedule, const DeviceBatchRef& batch, std::int64_t num_tokens,
                     cudaStream_t s) {
   const ScheduleCapacity& c = schedule.capacity();
   const ScheduleView v = schedule_view(schedule.memory(), c);
   const planner::Scratch scratch = planner::scratch_view(v.scratch, c.requests, c.work_items);
-  const std::int64_t sort_capacity = planner::sort_capacity(c.requests, c.work_items);
-  const PlanParams p{planner::device_batch_args(schedule, batch, num_tokens), v, scratch,
-                     sort_capacity};
-  // The most any schedule asks for (Schedule::plan_on_device bounds its capacity), set once.
-  constexpr auto kMaxSmem = std::uint32_t(planner::kMaxSortKeys * sizeof(std::uint64_t));
-  gpu::launch_with_shared_memory<plan_kernel>(1, kThreads, kMaxSmem, p, s, "plan_kernel");
+  const PlanParams p{planner::device_batch_args(schedule, batch, num_tokens),
+                     v,
+                     scratch,
+                     planner::sort_capacity(c.requests, c.work_items),
+                     plans_in_shared_memory(schedule),
+                     c.requests,
+                     c.work_items,
+                     max_candidates(schedule)};
+  // One size for every launch (the attribute is set once): the most either form uses.
+  if (plan_threads(c) == 256) {
+    gpu::launch_with_shared_memory<plan_kernel<256>>(1, 256, kMaxSmem, p, s, "plan_kernel");
+  } else {
+    gpu::launch_with_shared_memory<plan_kernel<1024>>(1, 1024, kMaxSmem, p, s, "plan_kernel");
+  }
 }
 
 }  // namespace dcpmla::cuda

@@ -82,6 +82,9 @@ class ObservedBackend final : public Backend {
   void combine_pack(const CombinePackArgs& args, Stream s) override;
   void combine_merge(const CombineMergeArgs& args, Stream s) override;
   void convert(const ConvertArgs& args, Stream s) override;
+  void merge_states(const MergeStatesArgs& args, Stream s) override {
+    inner_.merge_states(args, s);
+  }
 
  protected:
   void run_decode(const DecodeArgs& args, Stream s) override;
