@@ -3,7 +3,9 @@ swap: the engine plans a step once (its ragged batch) and every layer runs it.
 
 - MLADecodeCpu: plan(query_start_loc, seq_lens) / run(q, kv_cache, block_table) -> (out, lse),
   dcpmla.cpu.mla_decode on torch CPU tensors (zero-copy through DLPack): the rank-local partial
-  over the positions this rank owns. The GPU's BatchMLADecodeWrapper has the same two calls.
+  over the positions this rank owns.
+- MLADecodeTorch: the same two calls through dcpmla.BatchMLADecodeWrapper (the torch ops) on the
+  cache's device, CPU or CUDA; the batch is planned on the host.
 - DcpAttention: a layer's whole step: gather the query over heads, write this step's cache entries
   at the rank's slots, decode, and combine the ranks' partials (dcpmla.dcp_combine).
 """
@@ -14,7 +16,7 @@ from collections import defaultdict
 import torch
 
 import dcpmla
-from dcpmla.distributed import dcp_combine, dcp_gather_heads
+from dcpmla.serve import collectives
 
 # The cache dtypes by name; fp8 caches store e4m3(x / k_scale).
 CACHE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
@@ -22,17 +24,26 @@ QUERY_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 class StepTimer:
-    """Seconds spent per category ("attention", "combine") within the current step."""
+    """Seconds spent per category ("attention", "combine") within the current step. On a GPU
+    each mark waits for the device (the split costs the overlap of host and device work)."""
 
-    def __init__(self):
+    def __init__(self, device=None):
         self.seconds = defaultdict(float)
         self._started = {}
+        self._sync = (
+            torch.cuda.synchronize if device is not None and device.type == "cuda" else None
+        )
+
+    def _now(self):
+        if self._sync is not None:
+            self._sync()
+        return time.perf_counter()
 
     def start(self, category):
-        self._started[category] = time.perf_counter()
+        self._started[category] = self._now()
 
     def stop(self, category):
-        self.seconds[category] += time.perf_counter() - self._started.pop(category)
+        self.seconds[category] += self._now() - self._started.pop(category)
 
     def take(self):
         """The step's totals, and a fresh start for the next step."""
@@ -83,14 +94,73 @@ class MLADecodeCpu:
         return out, lse
 
 
+class MLADecodeTorch:
+    """dcpmla's decode of one DCP rank through BatchMLADecodeWrapper on `device`, sized once for
+    the engine's limits (requests, rows a step, blocks a request); same calls as MLADecodeCpu.
+    The schedule's block table has max_blocks columns: a step's narrower table is padded."""
+
+    def __init__(
+        self,
+        *,
+        softmax_scale,
+        num_heads,
+        block_size,
+        num_blocks,
+        kv_dtype,
+        device,
+        max_requests,
+        max_tokens,
+        max_blocks,
+        world=1,
+        rank=0,
+        interleave=1,
+        k_scale=1.0,
+    ):
+        from dcpmla import attention_ops  # noqa: F401  (registers torch.ops.dcpmla)
+
+        self.softmax_scale, self.k_scale = softmax_scale, k_scale
+        config = [num_heads, block_size, num_blocks, world, rank, interleave]
+        limits = [max_requests, max_tokens, max_blocks]
+        self.max_blocks = max_blocks
+        device_index = -1 if device.type == "cpu" else device.index
+        workspace_bytes = torch.ops.dcpmla.schedule_sizes(device_index, config, limits)[1]
+        self.workspace = torch.empty(max(workspace_bytes, 1), dtype=torch.uint8, device=device)
+        self.wrapper = dcpmla.BatchMLADecodeWrapper(
+            self.workspace,
+            num_heads,
+            block_size,
+            kv_dtype,
+            world,
+            rank,
+            interleave,
+            num_blocks=num_blocks,
+            max_num_reqs=max_requests,
+            max_num_tokens=max_tokens,
+            max_blocks_per_req=max_blocks,
+        )
+
+    def plan(self, query_start_loc, seq_lens, *, num_tokens=None, mask=None):
+        self.wrapper.plan(
+            query_start_loc, seq_lens, num_tokens, mask, softmax_scale=self.softmax_scale
+        )
+
+    def run(self, q, kv_cache, block_table):
+        missing = self.max_blocks - block_table.shape[1]
+        if missing > 0:  # columns past a request's blocks are never read
+            block_table = torch.nn.functional.pad(block_table, (0, missing), value=-1)
+        return self.wrapper.run(q, kv_cache, block_table, k_scale=self.k_scale)
+
+
 class DcpAttention:
     """A layer's attention on one rank: __call__(q_local [N, Hl, 576], entries [N, 576], cache)
     -> out [N, Hl, 512] (the rank's heads of the whole attention), for the step last planned."""
 
-    def __init__(self, decode, *, q_dtype, k_scale=1.0, group=None, world=1, combine="ag_rs"):
+    def __init__(
+        self, decode, *, q_dtype, k_scale=1.0, group=None, world=1, combine="ag_rs", device=None
+    ):
         self.decode, self.q_dtype, self.k_scale = decode, q_dtype, k_scale
         self.group, self.world, self.combine = group, world, combine
-        self.timer = StepTimer()
+        self.timer = StepTimer(device)
         self._slots = self._block_table = None
 
     def plan(self, batch):
@@ -105,7 +175,7 @@ class DcpAttention:
         q = q_local.to(self.q_dtype).contiguous()
         if self.world > 1:
             self.timer.start("combine")
-            q = dcp_gather_heads(q, self.group)
+            q = collectives.gather_heads(q, self.group)
             self.timer.stop("combine")
         self.timer.start("attention")
         out, lse = self.decode.run(q, cache, self._block_table)
@@ -113,7 +183,7 @@ class DcpAttention:
         if self.world == 1:
             return out
         self.timer.start("combine")
-        out = dcp_combine(out, lse, self.group, self.combine)
+        out = collectives.combine(out, lse, self.group, self.combine)
         self.timer.stop("combine")
         return out
 

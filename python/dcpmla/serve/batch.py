@@ -2,7 +2,7 @@
 lengths, block table and this rank's cache slots (dcpmla.step_positions, dcpmla.slot_mapping),
 and the view the attention gets, which the negative controls falsify on purpose."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -22,6 +22,17 @@ class StepBatch:
     num_tokens: int
     mask: object = None  # None (causal), or per request "causal" / "full" (the negative control)
     viewed_uniform: bool = False  # the ragged batch was handed to attention as uniform
+
+    def to(self, device):
+        """The batch with the tensors the model and the cache writes read on `device`; request
+        boundaries and lengths stay on the host, where the planner reads them."""
+        return replace(
+            self,
+            token_ids=self.token_ids.to(device),
+            positions=self.positions.to(device),
+            block_table=self.block_table.to(device),
+            slots=self.slots.to(device),
+        )
 
     @property
     def q_lens(self):

@@ -42,6 +42,8 @@ def _parser():
         default=list(d.capture_sizes),
         help="instead of 1..max: batches are padded up to the next of them",
     )
+    p.add_argument("--device", default=d.device, help="cpu or cuda (rank r on GPU r % GPUs)")
+    p.add_argument("--decode", default=d.decode, help="numpy (CPU only) or torch")
     p.add_argument("--q-dtype", default=d.q_dtype, help="fp32 or bf16")
     p.add_argument("--kv-dtype", default=d.kv_dtype, help="fp32, bf16 or fp8")
     p.add_argument("--k-scale", type=float, default=d.k_scale)
@@ -77,6 +79,8 @@ def config_from_args(args):
         max_batch_tokens=args.max_batch_tokens,
         max_capture_size=args.max_capture_size,
         capture_sizes=tuple(args.capture_sizes),
+        device=args.device,
+        decode=args.decode,
         q_dtype=args.q_dtype,
         kv_dtype=args.kv_dtype,
         k_scale=args.k_scale,

@@ -7,6 +7,10 @@ from dcpmla.serve.attention import CACHE_DTYPES, QUERY_DTYPES
 from dcpmla.serve.model_config import VARIANT_HEADS
 
 COMBINES = ("ag_rs", "a2a")
+# Where the model runs, and which dcpmla path decodes: "numpy" (dcpmla.cpu.mla_decode on CPU
+# tensors) or "torch" (BatchMLADecodeWrapper and the torch ops: CPU or CUDA).
+DEVICES = ("cpu", "cuda")
+DECODES = ("numpy", "torch")
 
 
 @dataclass
@@ -37,6 +41,8 @@ class ServeConfig:
     max_batch_tokens: int = 128
     max_capture_size: int = 0  # warm-up: dummy batches of 1..max tokens (0: none)
     capture_sizes: tuple = ()  # instead of 1..max: batches are padded up to the next of them
+    device: str = "cpu"  # "cuda": rank r on GPU r % the GPU count (more ranks: simulated)
+    decode: str = "numpy"  # "torch" on a GPU
     q_dtype: str = "fp32"
     kv_dtype: str = "fp32"
     k_scale: float = 1.0
@@ -55,6 +61,13 @@ class ServeConfig:
         checks = [
             ("variant", self.variant in VARIANT_HEADS, " or ".join(VARIANT_HEADS)),
             ("combine", self.combine in COMBINES, " or ".join(COMBINES)),
+            ("device", self.device in DEVICES, " or ".join(DEVICES)),
+            ("decode", self.decode in DECODES, " or ".join(DECODES)),
+            (
+                "decode",
+                self.device == "cpu" or self.decode == "torch",
+                "torch on a GPU (the numpy path runs on the CPU)",
+            ),
             ("q_dtype", self.q_dtype in QUERY_DTYPES, " or ".join(QUERY_DTYPES)),
             ("kv_dtype", self.kv_dtype in CACHE_DTYPES, " or ".join(CACHE_DTYPES)),
             ("num_layers", self.num_layers >= 1, ">= 1"),

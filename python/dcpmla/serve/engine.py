@@ -12,8 +12,7 @@ their blocks."""
 import time
 from dataclasses import dataclass
 
-import torch.distributed as dist
-
+from dcpmla.serve import collectives
 from dcpmla.serve.batch import build_step_batch
 from dcpmla.serve.kv_cache import OutOfBlocks, blocks_needed
 from dcpmla.serve.warmup import capture_sizes
@@ -78,11 +77,12 @@ class Engine:
             full_mask=drafting if self.config.control_full_mask else None,
             view_uniform=self.config.control_uniform_view,
         )
+        batch = batch.to(self.caches[0].device)
         self.attention.plan(batch)
         logits = self.model.forward(batch.token_ids, batch.positions, self.caches)
         greedy = logits.argmax(dim=-1)
         if self.config.world > 1:
-            dist.broadcast(greedy, src=0, group=self.group)
+            collectives.broadcast_(greedy, 0, self.group)
         return greedy.tolist(), batch, self.attention.timer.take()
 
     def _schedule(self, running):

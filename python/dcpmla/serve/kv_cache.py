@@ -44,6 +44,9 @@ def blocks_needed(total_len, world, block_size, interleave=1):
     return -(-local // block_size)
 
 
-def allocate_caches(num_layers, num_blocks, block_size, dtype):
+def allocate_caches(num_layers, num_blocks, block_size, dtype, device=None):
     """One zeroed rank-local cache [num_blocks, block_size, 576] a layer."""
-    return [torch.zeros((num_blocks, block_size, 576), dtype=dtype) for _ in range(num_layers)]
+    return [
+        torch.zeros((num_blocks, block_size, 576), dtype=dtype, device=device)
+        for _ in range(num_layers)
+    ]

@@ -1,6 +1,7 @@
 """A serving run end to end: the oracle's continuations (in this process), then the ranks, one
-process each over torch.distributed (gloo on CPU: NCCL needs the GPU decode, not wired yet), with
-W = 1 in this process; then the report of rank 0's results against the oracle."""
+process each over torch.distributed (NCCL when every rank has a GPU of its own; gloo on the CPU
+and for ranks simulated on shared GPUs, their collectives staged through the host), with W = 1 in
+this process; then the report of rank 0's results against the oracle."""
 
 import os
 import pickle
@@ -41,7 +42,11 @@ def _rank_process(rank, config, continuations, port, result_path):
     os.environ["MASTER_PORT"] = str(port)
     # The ranks share this machine's cores: torch's threads split among them.
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.world))
-    dist.init_process_group("gloo", rank=rank, world_size=config.world)
+    backend = "gloo"
+    if config.device == "cuda" and torch.cuda.device_count() >= config.world:
+        torch.cuda.set_device(rank)
+        backend = "nccl"
+    dist.init_process_group(backend, rank=rank, world_size=config.world)
     try:
         result = run_rank(
             config, continuations, rank, dist.group.WORLD, _progress_factory(config.show_progress)

@@ -16,9 +16,9 @@ DeepseekV3ForCausalLM state dict (the oracle's); nothing here runs transformers 
 """
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
+from dcpmla.serve import collectives
 from dcpmla.serve.rope import YarnRope
 
 
@@ -121,5 +121,5 @@ class AbsorbedMLAModel:
         out_v = torch.einsum("nhc,hdc->nhd", out_latent.to(x.dtype), layer.w_uv)  # [N, Hl, 128]
         partial = F.linear(out_v.reshape(n, -1), layer.o)  # [N, hidden], this rank's heads
         if self.world > 1:  # tensor parallel over heads: o_proj's row-parallel sum
-            dist.all_reduce(partial, group=self.group)
+            collectives.all_reduce_(partial, self.group)
         return partial

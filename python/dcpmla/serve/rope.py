@@ -49,6 +49,8 @@ class YarnRope:
         """x [N, ..., 64] (pairs (2i, 2i + 1)), positions [N] -> [N, ..., 64] with the rotated
         pairs' first members in dims [0, 32) and second members in [32, 64) (dot products of two
         rotated vectors do not depend on the order of dims, as long as both use the same)."""
+        if self.inv_freq.device != positions.device:
+            self.inv_freq = self.inv_freq.to(positions.device)
         angle = positions.to(torch.float32)[:, None] * self.inv_freq  # [N, 32]
         cos = (angle.cos() * self.attention_factor).to(x.dtype)
         sin = (angle.sin() * self.attention_factor).to(x.dtype)

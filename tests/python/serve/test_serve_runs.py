@@ -104,3 +104,45 @@ def test_cli_exit_status_report_and_plot(tmp_path):
     # A negative control disagrees with the oracle: exit status 1. Bad arguments: 2.
     assert main([*args, "--control-full-mask", "--plot", ""]) == 1
     assert main(["--kv-dtype", "fp16"]) == 2
+
+
+def _torch_ops_built():
+    try:
+        from dcpmla import attention_ops  # noqa: F401
+    except (ImportError, OSError):
+        return False
+    return True
+
+
+torch_ops = pytest.mark.skipif(not _torch_ops_built(), reason="the torch extension is not built")
+
+
+@torch_ops
+@pytest.mark.parametrize("world", [1, 2])
+def test_torch_ops_path_serves_the_oracles_tokens(oracle, world):
+    """The decode through BatchMLADecodeWrapper (the path a GPU runs), here on CPU tensors."""
+    report = _serve(oracle, world=world, decode="torch", max_drafts=3, max_capture_size=6)
+    _assert_agrees(report)
+    assert "BatchMLADecodeWrapper" in report["backend"]["decode"]
+
+
+def _cuda():
+    import torch
+
+    return torch.cuda.is_available() and _torch_ops_built()
+
+
+@pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU and the torch extension")
+@pytest.mark.parametrize("world", [1, 2])
+def test_gpu_serves_the_oracles_tokens(oracle, world):
+    """W = 1 on the GPU, and W = 2 simulated on it (two processes, collectives via the host)."""
+    report = _serve(
+        oracle, world=world, device="cuda", decode="torch", max_drafts=7, max_capture_size=12
+    )
+    _assert_agrees(report)
+    assert report["backend"]["device"].startswith("cuda")
+
+
+def test_numpy_decode_refuses_the_gpu():
+    with pytest.raises(ValueError, match="decode"):
+        ServeConfig(**BASE, device="cuda").validate()
