@@ -6,7 +6,9 @@ The numpy path runs the library's CPU backend on numpy arrays or any DLPack arra
 - ``dcpmla.cpu.mla_decode``: one rank's decode (with W > 1, the rank-local partial result);
 - ``dcpmla.cpu.dcp_step_simulated``: a whole DCP step of W ranks simulated as threads;
 - ``dcpmla.reference_attend``: the library's double-precision reference;
-- sharding helpers: ``dcp_local_seq_lens``, ``slot_mapping``, ``step_positions``, ``row_bounds``.
+- sharding helpers: ``dcp_local_seq_lens``, ``slot_mapping``, ``step_positions``, ``row_bounds``;
+- with torch: ``dcp_combine`` and ``dcp_gather_heads`` over a torch.distributed process group
+  (``dcpmla.distributed``, imported on first use so that the numpy path needs no torch).
 
 The torch path (built when torch >= 2.11 is importable at build time; imported on first use, so
 the package works without torch): ``dcpmla.BatchMLADecodeWrapper`` (plan once, run many, CUDA
@@ -23,8 +25,13 @@ from dcpmla._core import HEAD_DIM, LATENT_DIM, ROPE_DIM, Plan, __version__
 from dcpmla.reference import reference_attend
 from dcpmla.sharding import dcp_local_seq_lens, row_bounds, slot_mapping, step_positions
 
-# Imported on first use: they import torch.
-_TORCH_ATTRIBUTES = {"BatchMLADecodeWrapper": "dcpmla.decode_wrapper", "attention_ops": None}
+# Imported on first use: they import torch (module, or the module holding the name).
+_TORCH_ATTRIBUTES = {
+    "BatchMLADecodeWrapper": "dcpmla.decode_wrapper",
+    "attention_ops": None,
+    "dcp_combine": "dcpmla.distributed",
+    "dcp_gather_heads": "dcpmla.distributed",
+}
 
 
 def __getattr__(name):
@@ -45,6 +52,8 @@ __all__ = [
     "__version__",
     "attention_ops",
     "cpu",
+    "dcp_combine",
+    "dcp_gather_heads",
     "dcp_local_seq_lens",
     "reference_attend",
     "row_bounds",

@@ -1,5 +1,6 @@
 """The Python examples of docs/python.md run as written (one namespace, in order)."""
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -11,5 +12,8 @@ def test_python_examples_run():
     assert blocks
     namespace = {}
     for block in blocks:
+        # Examples of the torch part run where torch is installed (install-deps.sh installs it).
+        if "import torch" in block and importlib.util.find_spec("torch") is None:
+            continue
         exec(compile(block, str(DOC), "exec"), namespace)
     assert namespace["out"].shape == (9, 16, 512)

@@ -1,0 +1,5 @@
+import sys
+
+from dcpmla.serve.cli import main
+
+sys.exit(main())

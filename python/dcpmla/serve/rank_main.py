@@ -1,0 +1,169 @@
+"""One DCP rank of a serving run: builds the seeded model cut to its heads, its cache pool and
+the engine, warms up, serves every request, and returns (on every rank) what it produced."""
+
+import time
+
+import torch
+import torch.distributed as dist
+
+from dcpmla.serve.attention import (
+    CACHE_DTYPES,
+    QUERY_DTYPES,
+    DcpAttention,
+    MLADecodeCpu,
+    MLADecodeTorch,
+)
+from dcpmla.serve.drafter import OracleDrafter
+from dcpmla.serve.engine import Engine
+from dcpmla.serve.kv_cache import BlockAllocator, allocate_caches, blocks_needed
+from dcpmla.serve.model import AbsorbedMLAModel
+from dcpmla.serve.model_config import deepseek_v3_config, softmax_scale
+from dcpmla.serve.oracle import model_weights, seeded_model
+from dcpmla.serve.warmup import capture_sizes, warm_up
+from dcpmla.serve.workload import make_requests
+
+
+def model_config_of(config):
+    return deepseek_v3_config(
+        config.variant,
+        num_layers=config.num_layers,
+        hidden_size=config.hidden_size,
+        vocab_size=config.vocab_size,
+        init_std=config.init_std,
+    )
+
+
+def _check_same_weights(weights, group, world, device):
+    """Every rank drew the same weights from the seed (a sum of all of them, compared)."""
+    if world == 1:
+        return
+    on = device if dist.get_backend(group) == "nccl" else torch.device("cpu")
+    total = torch.tensor(
+        [sum(float(t.double().sum()) for t in weights.values())], dtype=torch.float64, device=on
+    )
+    everyone = [torch.zeros_like(total) for _ in range(world)]
+    dist.all_gather(everyone, total, group=group)
+    if any(float(t) != float(total) for t in everyone):
+        raise RuntimeError(
+            f"weights (rank mismatch): expected the same seeded weights on every rank, got sums "
+            f"{[float(t) for t in everyone]}"
+        )
+
+
+def rank_device(config, rank):
+    """The rank's device: the CPU, or GPU rank % the GPU count (ranks beyond the GPUs share
+    them: simulated ranks)."""
+    if config.device == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError("device (unavailable): expected a CUDA GPU for device=cuda, got none")
+    return torch.device("cuda", rank % torch.cuda.device_count())
+
+
+def make_decode(config, model_config, rank, device):
+    """The rank's decode path (config.decode), sized for the engine's limits."""
+    common = dict(
+        softmax_scale=softmax_scale(model_config),
+        world=config.world,
+        rank=rank,
+        interleave=config.interleave,
+        k_scale=config.k_scale,
+    )
+    if config.decode == "numpy":
+        return MLADecodeCpu(**common)
+    # A step's requests: the running ones, or a warm-up batch of 1-token requests.
+    # Rows: the token budget, a prompt longer than it (it runs alone), a warm-up size.
+    largest = max([config.max_batch_tokens, config.prompt_len[1], *capture_sizes(config)])
+    # A request's longest: its prompt, its new tokens and a step's drafts (or a warm-up batch).
+    longest = max(config.prompt_len[1] + config.max_new_tokens + config.max_drafts, largest)
+    return MLADecodeTorch(
+        num_heads=model_config.num_attention_heads,
+        block_size=config.block_size,
+        num_blocks=config.num_blocks,
+        kv_dtype=CACHE_DTYPES[config.kv_dtype],
+        device=device,
+        max_requests=max(config.max_running, largest),
+        max_tokens=largest,
+        max_blocks=blocks_needed(longest, config.world, config.block_size, config.interleave),
+        **common,
+    )
+
+
+def run_rank(config, continuations, rank, group, progress_factory=None):
+    """Serves config's workload as rank `rank` of config.world; continuations: request id -> the
+    oracle's tokens (the drafter's source). Returns a dict of the run's results."""
+    model_config = model_config_of(config)
+    weights = model_weights(seeded_model(model_config, config.seed))
+    device = rank_device(config, rank)
+    _check_same_weights(weights, group, config.world, device)
+    weights = {name: w.to(device) for name, w in weights.items()}
+    decode = make_decode(config, model_config, rank, device)
+    attention = DcpAttention(
+        decode,
+        q_dtype=QUERY_DTYPES[config.q_dtype],
+        k_scale=config.k_scale,
+        group=group,
+        world=config.world,
+        combine=config.combine,
+        device=device,
+    )
+    model = AbsorbedMLAModel(
+        model_config, weights, attention, rank=rank, world=config.world, group=group
+    )
+    caches = allocate_caches(
+        config.num_layers,
+        config.num_blocks,
+        config.block_size,
+        CACHE_DTYPES[config.kv_dtype],
+        device,
+    )
+    drafter = OracleDrafter(
+        continuations,
+        max_drafts=config.max_drafts,
+        corruption=config.draft_corruption,
+        vocab_size=config.vocab_size,
+        seed=config.seed,
+    )
+    allocator = BlockAllocator(config.num_blocks)
+    engine = Engine(model, attention, caches, allocator, drafter, config, rank=rank, group=group)
+
+    start = time.perf_counter()
+    warmup_shapes = warm_up(engine, config.max_drafts)
+    warmup_seconds = time.perf_counter() - start
+
+    requests = make_requests(config)
+    total_new = sum(r.max_new for r in requests)
+    progress = progress_factory(total_new) if progress_factory and rank == 0 else None
+    start = time.perf_counter()
+    records = engine.serve(requests, progress)
+    serve_seconds = time.perf_counter() - start
+    if progress is not None:
+        progress.close()
+    if allocator.num_free != config.num_blocks:
+        raise RuntimeError(
+            f"blocks (leak): expected all {config.num_blocks} free after serving, got "
+            f"{allocator.num_free}"
+        )
+    return {
+        "generated": {r.id: r.generated for r in requests},
+        "prompts": {r.id: r.prompt for r in requests},
+        "drafts_proposed": sum(r.drafts_proposed for r in requests),
+        "drafts_accepted": sum(r.drafts_accepted for r in requests),
+        "records": records,
+        "warmup_shapes": warmup_shapes,
+        "warmup_seconds": warmup_seconds,
+        "serve_seconds": serve_seconds,
+        "softmax_scale": softmax_scale(model_config),
+        "backend": {
+            "decode": type(decode).__name__
+            + (
+                " (dcpmla.cpu.mla_decode)"
+                if config.decode == "numpy"
+                else " (BatchMLADecodeWrapper)"
+            ),
+            "device": str(device)
+            + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""),
+            "process_group": None if group is None else dist.get_backend(group),
+            "torch_threads": torch.get_num_threads(),
+        },
+    }
