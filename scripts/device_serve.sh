@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The serving harness on a GPU machine: python -m dcpmla.serve with the model on the GPU and the
+# decode through BatchMLADecodeWrapper, for W = 1 (speculation on and off), the seed's W = 2,
+# K = 7 with warm-up through capture sizes 1..64, W = 4, the 96-head model at W = 8 with an fp8
+# cache, and batch 64 with 7 drafts (the attention and combine share of a step). Ranks beyond the
+# GPUs run simulated on them (one process each, gloo, collectives through the host). Uses
+# build-gpu's Python modules (scripts/device_gpu.sh builds them; built here when missing). One
+# JSON report, plot and log per run in $OUT/serve, a line each in $OUT/serve/summary.txt; the
+# exit status is non-zero when a run fails or disagrees with the oracle where its margin is clear.
+#
+#   run: scripts/device_serve.sh [name...]   (default: every run below)
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT/serve"
+export PATH="/usr/local/cuda/bin:$PATH"
+export CMAKE_POLICY_VERSION_MINIMUM=3.5
+JOBS=$(nproc 2>/dev/null || echo 8)
+START=$(date +%s)
+log() { echo "== [$(($(date +%s) - START))s] $*" | tee -a "$OUT/serve/summary.txt"; }
+
+if [ ! -f build-gpu/python/dcpmla/_torch_ops.so ]; then
+  log "building the Python modules into build-gpu"
+  # shellcheck source=scripts/device_deps.sh
+  source scripts/device_deps.sh
+  { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDCPMLA_CUDA=ON \
+      -DDCPMLA_NCCL=OFF ${prefix_arg[@]+"${prefix_arg[@]}"} &&
+    cmake --build build-gpu -j "$JOBS" --target dcpmla_python dcpmla_torch; } \
+    > "$OUT/serve/build.log" 2>&1 || { tail -20 "$OUT/serve/build.log"; exit 1; }
+fi
+export PYTHONPATH=$PWD/build-gpu/python
+
+# name, then the harness's options.
+declare -A runs=(
+  [w1_spec]="--world 1 -K 7 --requests 16 --max-new-tokens 32"
+  [w1_nospec]="--world 1 -K 0 --requests 16 --max-new-tokens 32"
+  [seed_w2]="--world 2 -K 7 --max-capture-size 64 --requests 16 --max-new-tokens 32"
+  [w4]="--world 4 -K 7 --requests 16 --max-new-tokens 32"
+  [kimi_w8_fp8]="--variant kimi --world 8 -K 7 --kv-dtype fp8 --q-dtype bf16 --requests 16"
+  [batch64_w1]="--world 1 -K 7 --requests 64 --max-running 64 --max-batch-tokens 512
+    --num-blocks 1024 --arrival-gap 0"
+  [batch64_w2]="--world 2 -K 7 --requests 64 --max-running 64 --max-batch-tokens 512
+    --num-blocks 1024 --arrival-gap 0"
+)
+order=(w1_spec w1_nospec seed_w2 w4 kimi_w8_fp8 batch64_w1 batch64_w2)
+[ $# -gt 0 ] && order=("$@")
+status=0
+for name in "${order[@]}"; do
+  # shellcheck disable=SC2086
+  timeout 300 python3 -m dcpmla.serve --device cuda --decode torch --no-progress \
+    --report "$OUT/serve/$name.json" --plot "$OUT/serve/$name.png" ${runs[$name]} \
+    > "$OUT/serve/$name.log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] || status=1
+  log "$name (rc $rc): $(tail -1 "$OUT/serve/$name.log")"
+done
+log "done, status $status"
+exit $status
