@@ -102,6 +102,7 @@ def run_rank(config, continuations, rank, group, progress_factory=None):
         "prompts": {r.id: r.prompt for r in requests},
         "drafts_proposed": sum(r.drafts_proposed for r in requests),
         "drafts_accepted": sum(r.drafts_accepted for r in requests),
+        "preemptions": sum(r.preemptions for r in requests),
         "records": records,
         "warmup_shapes": warmup_shapes,
         "warmup_seconds": warmup_seconds,
