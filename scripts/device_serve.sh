@@ -36,7 +36,8 @@ declare -A runs=(
   [w1_nospec]="--world 1 -K 0 --requests 16 --max-new-tokens 32"
   [seed_w2]="--world 2 -K 7 --max-capture-size 64 --requests 16 --max-new-tokens 32"
   [w4]="--world 4 -K 7 --requests 16 --max-new-tokens 32"
-  [kimi_w8_fp8]="--variant kimi --world 8 -K 7 --kv-dtype fp8 --q-dtype bf16 --requests 16"
+  [kimi_w8_fp8]="--variant kimi --world 8 -K 7 --kv-dtype fp8 --q-dtype bf16 --requests 16 --k-scale 0.05
+    --margin-delta 0.25"
   [batch64_w1]="--world 1 -K 7 --requests 64 --max-running 64 --max-batch-tokens 512
     --num-blocks 1024 --arrival-gap 0"
   [batch64_w2]="--world 2 -K 7 --requests 64 --max-running 64 --max-batch-tokens 512

@@ -14,7 +14,10 @@ from dcpmla.serve.config import ServeConfig
 
 def _parser():
     d = ServeConfig()
-    p = argparse.ArgumentParser(prog="python -m dcpmla.serve", description=__doc__.split("\n\n")[0])
+    description, exit_status = __doc__.split("\n\n")
+    p = argparse.ArgumentParser(
+        prog="python -m dcpmla.serve", description=description, epilog=exit_status
+    )
     p.add_argument("--variant", default=d.variant, help="deepseek-v3 (16 heads) or kimi (96)")
     p.add_argument("--layers", type=int, default=d.num_layers)
     p.add_argument("--hidden-size", type=int, default=d.hidden_size)

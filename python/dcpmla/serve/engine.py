@@ -7,7 +7,9 @@ within a token budget and the free blocks; the model runs once; rank 0's greedy 
 (broadcast, so every rank takes the same decisions) accept the longest prefix of the drafts that
 matches, plus one token. A request's blocks then shrink to its accepted length, so rejected
 drafts' slots are written again by the next step. Requests leave at max_new tokens and return
-their blocks."""
+their blocks. A request joins only when the free blocks hold its tokens and one step's growth;
+when no running request can grow, the newest gives its blocks back and waits (preemption by
+recomputation: it later prefills all its tokens again)."""
 
 import time
 from dataclasses import dataclass
@@ -96,8 +98,9 @@ class Engine:
                 drafts = self.drafter.propose(request, request.remaining - 1)
                 tokens = [request.generated[-1], *drafts]
                 total = request.length + len(drafts)
-            else:
-                tokens, total = list(request.prompt), len(request.prompt)
+            else:  # a new request's prompt, or all the tokens of a preempted one
+                tokens = request.prompt + request.generated
+                total = len(tokens)
             if scheduled and len(tokens) > budget:
                 continue
             try:
@@ -150,6 +153,20 @@ class Engine:
             viewed_uniform=batch.viewed_uniform,
         )
 
+    def _fits(self, request):
+        """Whether the free blocks hold request's tokens and one step's growth (1 + K)."""
+        total = request.length + 1 + self.config.max_drafts
+        return self.blocks_needed(total) <= self.allocator.num_free
+
+    def _preempt(self, running, waiting):
+        """Takes the newest running request's blocks back; it waits first in line."""
+        victim = max(running, key=lambda r: r.arrival)
+        self.allocator.free(victim.blocks)
+        victim.blocks, victim.prefilled = [], False
+        victim.preemptions += 1
+        running.remove(victim)
+        waiting.insert(0, victim)
+
     def serve(self, requests, progress=None):
         """Runs every request to its max_new tokens; returns the StepRecords."""
         pending = sorted(requests, key=lambda r: r.arrival)
@@ -157,14 +174,22 @@ class Engine:
         while pending or waiting or running:
             while pending and pending[0].arrival <= step:
                 waiting.append(pending.pop(0))
-            while waiting and len(running) < self.config.max_running:
+            while waiting and len(running) < self.config.max_running and self._fits(waiting[0]):
                 running.append(waiting.pop(0))
-            record = self.step(running) if running else None
-            if record is None and running:  # nothing fits: the state would never change
+            if not running and waiting:
                 raise RuntimeError(
-                    f"num_blocks (too small): expected enough blocks for a running request, got "
-                    f"{self.allocator.num_free} free of {self.config.num_blocks}"
+                    f"num_blocks (too small): expected blocks for request {waiting[0].id}'s "
+                    f"{waiting[0].length} tokens and one step's growth, "
+                    f"got {self.config.num_blocks}"
                 )
+            record = self.step(running) if running else None
+            if record is None and running:  # no running request can grow
+                if len(running) == 1:
+                    raise RuntimeError(
+                        f"num_blocks (too small): expected blocks for request {running[0].id} to "
+                        f"grow past {running[0].length} tokens, got {self.config.num_blocks}"
+                    )
+                self._preempt(running, waiting)
             if record is not None:
                 records.append(record)
                 if progress is not None:

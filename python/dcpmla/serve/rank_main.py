@@ -72,8 +72,10 @@ def make_decode(config, model_config, rank, device):
     if config.decode == "numpy":
         return MLADecodeCpu(**common)
     # A step's requests: the running ones, or a warm-up batch of 1-token requests.
-    # Rows: the token budget, a prompt longer than it (it runs alone), a warm-up size.
-    largest = max([config.max_batch_tokens, config.prompt_len[1], *capture_sizes(config)])
+    # Rows: the token budget, a prompt longer than it (it runs alone; a preempted request's
+    # prompt holds its generated tokens too), a warm-up size.
+    longest_prompt = config.prompt_len[1] + config.max_new_tokens
+    largest = max([config.max_batch_tokens, longest_prompt, *capture_sizes(config)])
     # A request's longest: its prompt, its new tokens and a step's drafts (or a warm-up batch).
     longest = max(config.prompt_len[1] + config.max_new_tokens + config.max_drafts, largest)
     return MLADecodeTorch(
@@ -149,6 +151,7 @@ def run_rank(config, continuations, rank, group, progress_factory=None):
         "prompts": {r.id: r.prompt for r in requests},
         "drafts_proposed": sum(r.drafts_proposed for r in requests),
         "drafts_accepted": sum(r.drafts_accepted for r in requests),
+        "preemptions": sum(r.preemptions for r in requests),
         "records": records,
         "warmup_shapes": warmup_shapes,
         "warmup_seconds": warmup_seconds,

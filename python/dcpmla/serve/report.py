@@ -26,6 +26,7 @@ def build_report(config, result, agreement, oracle):
             "tokens_per_second": generated / result["serve_seconds"],
             "steps": len(records),
             "batch_rows": sum(r.tokens for r in records),
+            "preemptions": result["preemptions"],
         },
         "speculative": {
             "drafts_proposed": proposed,

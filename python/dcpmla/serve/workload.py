@@ -17,6 +17,7 @@ class Request:
     prefilled: bool = False
     drafts_proposed: int = 0
     drafts_accepted: int = 0
+    preemptions: int = 0  # times its blocks were taken back (it then recomputes its tokens)
 
     @property
     def length(self):

@@ -106,6 +106,19 @@ def test_cli_exit_status_report_and_plot(tmp_path):
     assert main(["--kv-dtype", "fp16"]) == 2
 
 
+def test_requests_wait_for_blocks_and_are_preempted(oracle):
+    """A pool of 12 blocks of 8 holds one or two requests (up to 32 + 16 tokens, 4 + 3 drafts):
+    the others wait for the blocks that finished requests and rejected drafts give back, and a
+    request that cannot grow is preempted and recomputes its tokens."""
+    roomy = _serve(oracle, max_drafts=3, block_size=8, num_blocks=64)
+    tight = _serve(oracle, max_drafts=3, block_size=8, num_blocks=12)
+    _assert_agrees(tight)
+    assert tight["throughput"]["steps"] > roomy["throughput"]["steps"]
+    assert tight["throughput"]["preemptions"] > 0 == roomy["throughput"]["preemptions"]
+    with pytest.raises(RuntimeError, match=r"^num_blocks \(too small\)"):
+        _serve(oracle, block_size=8, num_blocks=2)
+
+
 def _torch_ops_built():
     try:
         from dcpmla import attention_ops  # noqa: F401
