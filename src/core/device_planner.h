@@ -108,6 +108,20 @@ DCPMLA_HD Scratch scratch_view(std::byte* p, std::int64_t requests, std::int64_t
   return s;
 }
 
+// The last index k < n with first[k] <= x, for first[0] <= x and first ascending: the range of
+// an exclusive scan that holds x.
+DCPMLA_HD std::int64_t last_at_most(const std::int64_t* first, std::int64_t n, std::int64_t x) {
+  std::int64_t lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const std::int64_t mid = (lo + hi + 1) / 2;
+    if (first[mid] <= x)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
 DCPMLA_HD std::uint64_t fault_word(std::int64_t request, ScheduleFault f) {
   return (std::uint64_t(request + 1) << 8) | std::uint64_t(f);
 }
@@ -161,18 +175,8 @@ DCPMLA_HD void tail_cut(Exec& ex, const DeviceBatchArgs& a, const Scratch& s, st
       B, [&](std::int64_t k) { return s.tiles[request(k)]; }, s.position);
   const std::int64_t waves = rules::ceil_div(total, S);
   const std::int64_t tail_start = (waves - 1) * S;
-  // The sorted request holding work item x (positions ascend): a binary search.
-  auto holder = [&](std::int64_t x) {
-    std::int64_t lo = 0, hi = B - 1;
-    while (lo < hi) {
-      const std::int64_t mid = (lo + hi + 1) / 2;
-      if (s.position[mid] <= x)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    return lo;
-  };
+  // The sorted request holding work item x (positions ascend).
+  auto holder = [&](std::int64_t x) { return last_at_most(s.position, B, x); };
   auto walk = [&](std::int64_t b) { return s.kv_blocks[b] * a.block_size + rules::kFixedTokens; };
   const std::int64_t estimate =
       ex.sum(waves, [&](std::int64_t w) { return walk(request(holder(w * S))); });
@@ -351,14 +355,7 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
       s.item_first);
   // Work items, one each: the split holding item x is the last whose first item is <= x.
   ex.parallel(items, [&](std::int64_t x) {
-    std::int64_t lo = 0, hi = num_splits - 1;
-    while (lo < hi) {
-      const std::int64_t mid = (lo + hi + 1) / 2;
-      if (s.item_first[mid] <= x)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
+    const std::int64_t lo = last_at_most(s.item_first, num_splits, x);
     const std::int64_t index = sorted_index(lo);
     const std::int64_t b = s.split_request[index], i = index - s.split_first[b];
     const std::int64_t Q = s.q[b], start = a.query_start_loc[b], T = a.seq_lens[b];

@@ -126,6 +126,12 @@ def engine_shapes(rng):
     }
 
 
+def engine_scenario(rng, shape, **kwargs):
+    """make_scenario of one of engine_shapes' batches, with 2 padding rows."""
+    q_lens, seq_lens = engine_shapes(rng)[shape]
+    return make_scenario(rng, q_lens, seq_lens, padding=2, **kwargs)
+
+
 def tolerances(out_dtype):
     """(out, lse) absolute tolerances: the output rounded to bf16 on top of fp32 accumulation."""
     return (2e-2 if np.dtype(out_dtype) == np.dtype(ml_dtypes.bfloat16) else 1e-4), 2e-4

@@ -12,7 +12,7 @@ from dcpmla.attention_ops import merge_states_, write_kv_
 
 from checks import assert_matches
 from numpy_reference import attend
-from scenarios import SOFTMAX_SCALE, engine_shapes, make_scenario, seed_of
+from scenarios import SOFTMAX_SCALE, engine_scenario, make_scenario, seed_of
 from torch_scenarios import to_numpy, to_torch, wrapper_for
 
 pytestmark = pytest.mark.skipif(
@@ -72,21 +72,13 @@ CASES = [
 @pytest.mark.parametrize("shape,block_size,heads,q_dtype,kv_dtype", CASES)
 def test_cuda_decode_matches_reference(shape, block_size, heads, q_dtype, kv_dtype, planner_device):
     rng = np.random.default_rng(seed_of("torch cuda", shape, block_size, heads))
-    q_lens, seq_lens = engine_shapes(rng)[shape]
-    sc = make_scenario(
-        rng,
-        q_lens,
-        seq_lens,
-        heads=heads,
-        block_size=block_size,
-        q_dtype=q_dtype,
-        kv_dtype=kv_dtype,
-        padding=2,
+    sc = engine_scenario(
+        rng, shape, heads=heads, block_size=block_size, q_dtype=q_dtype, kv_dtype=kv_dtype
     )
     wrapper = wrapper_for(
         sc,
         device=CUDA,
-        max_num_reqs=len(q_lens),
+        max_num_reqs=len(sc.seq_lens),
         max_num_tokens=sc.num_tokens,
         max_blocks_per_req=sc.block_table.shape[1],
     )

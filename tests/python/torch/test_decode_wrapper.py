@@ -10,7 +10,7 @@ import dcpmla
 
 from checks import assert_matches
 from numpy_reference import attend, merge
-from scenarios import SOFTMAX_SCALE, engine_shapes, make_scenario, seed_of
+from scenarios import SOFTMAX_SCALE, engine_scenario, make_scenario, seed_of
 from torch_scenarios import to_numpy, to_torch, workspace, wrapper_for
 
 # Every engine shape, block size 16 / 32 / 64, H = 128 / TP for TP = 1, 4, 8, 16 and every dtype,
@@ -65,16 +65,8 @@ def plan(wrapper, sc, **kwargs):
 @pytest.mark.parametrize("shape,block_size,heads,q_dtype,kv_dtype", SINGLE_RANK)
 def test_single_rank_matches_reference(shape, block_size, heads, q_dtype, kv_dtype):
     rng = np.random.default_rng(seed_of("torch", shape, block_size, heads))
-    q_lens, seq_lens = engine_shapes(rng)[shape]
-    sc = make_scenario(
-        rng,
-        q_lens,
-        seq_lens,
-        heads=heads,
-        block_size=block_size,
-        q_dtype=q_dtype,
-        kv_dtype=kv_dtype,
-        padding=2,
+    sc = engine_scenario(
+        rng, shape, heads=heads, block_size=block_size, q_dtype=q_dtype, kv_dtype=kv_dtype
     )
     wrapper = wrapper_for(sc)
     plan(wrapper, sc)
