@@ -28,15 +28,16 @@ fi
 
 # Python packages (module -> PyPI name) of the build (nanobind; scikit-build-core for
 # `pip install .`; torch for the torch extension, whose stable ABI needs >= 2.11), of the tests
-# (numpy, ml_dtypes, pytest) and of dcpmla.dcp_combine and the serving harness (torch,
-# transformers, tqdm, matplotlib). find_spec and the installed metadata look the modules up
-# without importing them, so the check is fast when all are there.
+# (numpy, ml_dtypes, pytest) and of dcpmla.dcp_combine and the serving harness (torch;
+# transformers, the oracle, at the version the harness is tested with; tqdm, matplotlib).
+# find_spec and the installed metadata look the modules up without importing them, so the check
+# is fast when all are there.
 mapfile -t missing < <(python3 - <<'PY'
 import importlib.metadata
 import importlib.util
 modules = {"numpy": "numpy", "nanobind": "nanobind", "scikit_build_core": "scikit-build-core",
            "pytest": "pytest", "ml_dtypes": "ml_dtypes", "torch": "torch==2.11.0",
-           "transformers": "transformers", "tqdm": "tqdm", "matplotlib": "matplotlib"}
+           "transformers": "transformers==5.25.0", "tqdm": "tqdm", "matplotlib": "matplotlib"}
 for module, package in modules.items():
     if importlib.util.find_spec(module) is None:
         print(package)
