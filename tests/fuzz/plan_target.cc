@@ -94,8 +94,10 @@ bool plan_size_bounded(const Batch& b, const PlanConfig& c) {
         std::max<std::int64_t>(1, std::int64_t(b.query_start_loc[r + 1]) - b.query_start_loc[r]) *
         c.num_heads;
     const std::int64_t tiles = c.model.tile_pairs > 0 ? ceil_div(pairs, c.model.tile_pairs) : 1;
-    items += std::max<std::int64_t>(splits, 1) * tiles;
-    if (items > kMaxWorkItems) return false;
+    // Compared before multiplying: a request of 2^30 rows and many splits overflows the product.
+    const std::int64_t request_splits = std::max<std::int64_t>(splits, 1);
+    if (tiles > kMaxWorkItems || request_splits > (kMaxWorkItems - items) / tiles) return false;
+    items += request_splits * tiles;
   }
   return true;
 }
