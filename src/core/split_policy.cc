@@ -42,16 +42,16 @@ std::int64_t batch_chunk(const SplitInputs& in, const PlanConfig& config, std::i
     std::int64_t items = 0, split_pairs = 0;
     if (exact) {
       const rules::CeilDivider divider(c.chunk_blocks);
-      const std::uint64_t magic = divider.magic;
+      const std::uint64_t chunk = std::uint64_t(c.chunk_blocks), magic = divider.magic;
       const int shift = divider.shift;
       std::uint64_t item_sum = 0, split_q = 0;
       for (std::size_t b = 0; b < B; ++b) {
-        // CeilDivider::ceil of max(kv, 1): a request of no blocks is one split, as in
-        // split_terms. Arithmetic only, no branches: the compiler vectorises the loop.
-        const std::uint32_t kv_minus_1 = kv32[b] - (kv32[b] > 0);
-        const std::uint64_t n = ((std::uint64_t(kv_minus_1) * magic) >> shift) + 1;
-        item_sum += std::uint64_t(tiles32[b]) * n;
-        split_q += std::uint64_t(q32[b]) * n * (n > 1);
+        const std::uint64_t kv = kv32[b];
+        // CeilDivider::ceil; a request of 0 blocks wraps here and takes the unsplit branch.
+        const std::uint64_t quotient = (((kv - 1) * magic) >> shift) + 1;
+        const std::uint64_t n = kv <= chunk ? 1 : quotient;
+        item_sum += tiles32[b] * n;
+        split_q += n > 1 ? n * q32[b] : 0;
       }
       items = std::int64_t(item_sum);
       split_pairs = std::int64_t(split_q) * H;
