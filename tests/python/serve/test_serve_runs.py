@@ -80,9 +80,10 @@ def test_bf16_query_and_fp8_cache(oracle):
     _assert_agrees(_serve(oracle, q_dtype="bf16", kv_dtype="fp8", k_scale=0.05, margin_delta=0.25))
 
 
+@pytest.mark.parametrize("world", [1, 2])
 @pytest.mark.parametrize("control", ["control_full_mask", "control_uniform_view"])
-def test_negative_controls_change_tokens(oracle, control):
-    report = _serve(oracle, max_drafts=3, **{control: True})
+def test_negative_controls_change_tokens(oracle, control, world):
+    report = _serve(oracle, max_drafts=3, world=world, **{control: True})
     a = report["agreement"]
     assert a["disagreements_above_delta"] >= 2 and not a["passed"]
     if control == "control_uniform_view":
