@@ -122,6 +122,7 @@ class MLADecodeTorch:
         config = [num_heads, block_size, num_blocks, world, rank, interleave]
         limits = [max_requests, max_tokens, max_blocks]
         self.max_blocks = max_blocks
+        self._table_source = self._table = None
         device_index = -1 if device.type == "cpu" else device.index
         workspace_bytes = torch.ops.dcpmla.schedule_sizes(device_index, config, limits)[1]
         self.workspace = torch.empty(max(workspace_bytes, 1), dtype=torch.uint8, device=device)
@@ -145,10 +146,13 @@ class MLADecodeTorch:
         )
 
     def run(self, q, kv_cache, block_table):
-        missing = self.max_blocks - block_table.shape[1]
-        if missing > 0:  # columns past a request's blocks are never read
-            block_table = torch.nn.functional.pad(block_table, (0, missing), value=-1)
-        return self.wrapper.run(q, kv_cache, block_table, k_scale=self.k_scale)
+        # Every layer of a step passes the step's table: padded once, on its first layer.
+        if block_table is not self._table_source:
+            missing = self.max_blocks - block_table.shape[1]
+            self._table_source, self._table = block_table, block_table
+            if missing > 0:  # columns past a request's blocks are never read
+                self._table = torch.nn.functional.pad(block_table, (0, missing), value=-1)
+        return self.wrapper.run(q, kv_cache, self._table, k_scale=self.k_scale)
 
 
 class DcpAttention:

@@ -13,7 +13,7 @@ from dcpmla.attention_ops import merge_states_, write_kv_
 from checks import assert_matches
 from numpy_reference import attend
 from scenarios import SOFTMAX_SCALE, engine_scenario, make_scenario, seed_of
-from torch_scenarios import to_numpy, to_torch, wrapper_for
+from torch_scenarios import padded_batch, to_numpy, to_torch, wrapper_for
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available()
@@ -143,25 +143,8 @@ def test_cuda_write_kv_and_merge_states_match_the_cpu():
     assert torch.allclose(results[0][1], results[1][1], atol=1e-5)
 
 
-def padded_batch(rng, size, num_blocks, block_size, columns, heads):
-    q_lens = rng.integers(1, min(8, size) + 1, size=int(rng.integers(1, size // 2 + 1)))
-    q_lens = q_lens[np.cumsum(q_lens) <= size]
-    seq_lens = q_lens + rng.integers(0, 2 * block_size * columns // 3, size=len(q_lens))
-    needed = int(sum(-(-int(t) // block_size) for t in seq_lens))
-    sc = make_scenario(
-        rng,
-        q_lens,
-        seq_lens,
-        heads=heads,
-        block_size=block_size,
-        q_dtype="bf16",
-        padding=size - int(q_lens.sum()),
-        extra_blocks=num_blocks - needed,
-    )
-    table = np.full((size, columns), -1, np.int32)
-    table[: len(q_lens), : sc.block_table.shape[1]] = sc.block_table
-    sc.block_table = table
-    return sc
+# Graph batches: Q up to 8, a bf16 query.
+GRAPH_BATCH = dict(max_q=8, q_dtype="bf16")
 
 
 @pytest.mark.parametrize("planner_device", ["cpu", CUDA])
@@ -194,7 +177,9 @@ def test_cuda_graphs_of_several_capture_sizes_replay_after_replanning(planner_de
             "out": torch.empty((size, heads, 512), dtype=torch.bfloat16, device=CUDA),
             "lse": torch.empty((size, heads), device=CUDA),
         }
-        warmup = padded_batch(rng, size, num_blocks, block_size, columns, heads)
+        warmup = padded_batch(
+            rng, size, num_blocks, block_size, columns, heads, table_rows=size, **GRAPH_BATCH
+        )
         plan(wrapper, warmup, planner_device)
 
         def step(wrapper=wrapper, static=static):
@@ -210,7 +195,9 @@ def test_cuda_graphs_of_several_capture_sizes_replay_after_replanning(planner_de
     for _ in range(3):
         batches = {}
         for size in sizes:
-            batches[size] = padded_batch(rng, size, num_blocks, block_size, columns, heads)
+            batches[size] = padded_batch(
+                rng, size, num_blocks, block_size, columns, heads, table_rows=size, **GRAPH_BATCH
+            )
         for size in reversed(sizes):
             sc = batches[size]
             wrapper, static, graph = graphs[size]

@@ -11,7 +11,7 @@ import dcpmla
 from checks import assert_matches
 from numpy_reference import attend, merge
 from scenarios import SOFTMAX_SCALE, engine_scenario, make_scenario, seed_of
-from torch_scenarios import to_numpy, to_torch, workspace, wrapper_for
+from torch_scenarios import padded_batch, to_numpy, to_torch, workspace, wrapper_for
 
 # Every engine shape, block size 16 / 32 / 64, H = 128 / TP for TP = 1, 4, 8, 16 and every dtype,
 # each value in a few cases rather than all combinations.
@@ -112,28 +112,6 @@ def test_dcp_ranks_merge_into_the_whole_attention(world, interleave, block_size)
     assert_matches(to_numpy(v_out), to_numpy(s_out), *reference(sc))
     want = merge([(to_numpy(o), to_numpy(s)) for o, s in zip(outs, lses)])
     assert_matches(to_numpy(v_out), to_numpy(s_out), *want)
-
-
-def padded_batch(rng, size, num_blocks, block_size, columns, heads=8):
-    """A random ragged batch padded to `size` rows, in a cache of exactly num_blocks blocks, with a
-    block table of `columns` columns (-1 past each request's blocks)."""
-    q_lens = rng.integers(1, min(5, size) + 1, size=int(rng.integers(1, size // 2 + 1)))
-    q_lens = q_lens[np.cumsum(q_lens) <= size]
-    seq_lens = q_lens + rng.integers(0, 2 * block_size * columns // 3, size=len(q_lens))
-    needed = int(sum(-(-int(t) // block_size) for t in seq_lens))
-    sc = make_scenario(
-        rng,
-        q_lens,
-        seq_lens,
-        heads=heads,
-        block_size=block_size,
-        padding=size - int(q_lens.sum()),
-        extra_blocks=num_blocks - needed,
-    )
-    table = np.full((len(q_lens), columns), -1, np.int32)
-    table[:, : sc.block_table.shape[1]] = sc.block_table
-    sc.block_table = table
-    return sc
 
 
 def test_wrappers_of_several_capture_sizes_replan_and_rerun():

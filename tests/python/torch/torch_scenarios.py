@@ -6,7 +6,7 @@ import torch
 
 import dcpmla
 
-from scenarios import DTYPES
+from scenarios import DTYPES, make_scenario
 
 TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
 
@@ -63,3 +63,29 @@ def wrapper_for(sc, rank=0, device="cpu", **limits):
         num_blocks=cache.shape[0],
         **limits,
     )
+
+
+def padded_batch(
+    rng, size, num_blocks, block_size, columns, heads=8, *, max_q=5, q_dtype="f32", table_rows=None
+):
+    """A random ragged batch of Q 1..max_q padded to `size` rows, in a cache of exactly num_blocks
+    blocks, with a block table of `columns` columns (-1 past each request's blocks) and
+    table_rows rows (None: one a request; a CUDA graph's static table has `size`)."""
+    q_lens = rng.integers(1, min(max_q, size) + 1, size=int(rng.integers(1, size // 2 + 1)))
+    q_lens = q_lens[np.cumsum(q_lens) <= size]
+    seq_lens = q_lens + rng.integers(0, 2 * block_size * columns // 3, size=len(q_lens))
+    needed = int(sum(-(-int(t) // block_size) for t in seq_lens))
+    sc = make_scenario(
+        rng,
+        q_lens,
+        seq_lens,
+        heads=heads,
+        block_size=block_size,
+        q_dtype=q_dtype,
+        padding=size - int(q_lens.sum()),
+        extra_blocks=num_blocks - needed,
+    )
+    table = np.full((table_rows or len(q_lens), columns), -1, np.int32)
+    table[: len(q_lens), : sc.block_table.shape[1]] = sc.block_table
+    sc.block_table = table
+    return sc
