@@ -11,9 +11,8 @@ import dcpmla
 from dcpmla.attention_ops import merge_states_, write_kv_
 
 from checks import assert_matches
-from numpy_reference import attend
 from scenarios import SOFTMAX_SCALE, engine_scenario, make_scenario, seed_of
-from torch_scenarios import padded_batch, to_numpy, to_torch, wrapper_for
+from torch_scenarios import padded_batch, reference, to_numpy, to_torch, wrapper_for
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available()
@@ -22,20 +21,6 @@ pytestmark = pytest.mark.skipif(
     reason="needs an sm_90 GPU and a build with the CUDA backend",
 )
 CUDA = "cuda:0"
-
-
-def reference(sc, rank=None):
-    return attend(
-        sc.q64,
-        sc.keys,
-        sc.query_start_loc,
-        sc.seq_lens,
-        SOFTMAX_SCALE,
-        num_tokens=sc.num_tokens,
-        rank=rank,
-        world=sc.world,
-        interleave=sc.interleave,
-    )
 
 
 def plan(wrapper, sc, device="cpu", **kwargs):

@@ -9,9 +9,9 @@ import torch
 import dcpmla
 
 from checks import assert_matches
-from numpy_reference import attend, merge
+from numpy_reference import merge
 from scenarios import SOFTMAX_SCALE, engine_scenario, make_scenario, seed_of
-from torch_scenarios import padded_batch, to_numpy, to_torch, workspace, wrapper_for
+from torch_scenarios import padded_batch, reference, to_numpy, to_torch, workspace, wrapper_for
 
 # Every engine shape, block size 16 / 32 / 64, H = 128 / TP for TP = 1, 4, 8, 16 and every dtype,
 # each value in a few cases rather than all combinations.
@@ -24,21 +24,6 @@ SINGLE_RANK = [
     ("spec 4xQ8", 64, 128, "bf16", "bf16"),
     ("spec 4xQ8", 32, 16, "f32", "fp8"),
 ]
-
-
-def reference(sc, rank=None):
-    return attend(
-        sc.q64,
-        sc.keys,
-        sc.query_start_loc,
-        sc.seq_lens,
-        SOFTMAX_SCALE,
-        num_tokens=sc.num_tokens,
-        masks=sc.masks,
-        rank=rank,
-        world=sc.world,
-        interleave=sc.interleave,
-    )
 
 
 def run_rank(wrapper, sc, rank=0, **run_kwargs):
