@@ -2,8 +2,8 @@
 # GPU validation and benchmark, on a machine with an sm_90 GPU, nvcc, CMake and ninja (no network
 # needed): configures a Release build with the CUDA backend into build-gpu, builds, runs the GPU
 # and CUDA tests, the Python tests (torch's CUDA ones included where torch is installed),
-# dcpmla_gpu_bench, the demo on the CUDA backend, and compute-sanitizer memcheck,
-# racecheck and synccheck on small GPU test cases. Logs and the benchmark JSON go to $OUT
+# dcpmla_gpu_bench, the torch op against it (bench/python/torch_vs_cpp.py), the demo on the CUDA
+# backend, and compute-sanitizer memcheck, racecheck and synccheck on small GPU test cases. Logs and the benchmark JSON go to $OUT
 # (default ./gpu-out); the exit status is non-zero when any step failed.
 #
 # Build dependencies (fmt, GoogleTest, CLI11, nlohmann_json) come from the system when CMake
@@ -91,6 +91,15 @@ if [ -x build-gpu/bench/gpu/dcpmla_gpu_bench ]; then
     --commit "$COMMIT" --date "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
     ${DCPMLA_BENCH_ARGS:-} 2>&1 | tee "$OUT/gpu_bench.txt" | tail -40
   [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "FAIL: gpu benchmark"; }
+fi
+
+# The torch op against the C++ benchmark on the same shapes (the Python modules and torch needed).
+if [ -x build-gpu/bench/gpu/dcpmla_gpu_bench ] && [ -f build-gpu/python/dcpmla/_torch_ops.so ]; then
+  log "torch op against the C++ benchmark (bench/python/torch_vs_cpp.py)"
+  PYTHONPATH=$PWD/build-gpu/python timeout "$(cap 150)" python3 bench/python/torch_vs_cpp.py \
+    --bench build-gpu/bench/gpu/dcpmla_gpu_bench --out "$OUT/torch_vs_cpp.json" \
+    --commit "$COMMIT" 2>&1 | tee "$OUT/torch_vs_cpp.txt" | tail -18
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "FAIL: torch op against the C++ benchmark"; }
 fi
 
 # --- demo ---------------------------------------------------------------------------------
