@@ -147,18 +147,12 @@ struct OutputLoader {
         for (int v = 0; v < 2; ++v) {
           const uint4 r = raw[k - k0][v];
           const std::uint32_t unit = std::uint32_t(4 * half + 2 * v);
-          const std::uint32_t lo = row + ((unit ^ swz) << 4), hi = row + (((unit + 1) ^ swz) << 4);
-          if (!fp8_unit_has_nan(r)) {
-            st_shared16(lo, make_uint4(widen_fp8x2_finite(r.x), widen_fp8x2_finite(r.x >> 16),
-                                       widen_fp8x2_finite(r.y), widen_fp8x2_finite(r.y >> 16)));
-            st_shared16(hi, make_uint4(widen_fp8x2_finite(r.z), widen_fp8x2_finite(r.z >> 16),
-                                       widen_fp8x2_finite(r.w), widen_fp8x2_finite(r.w >> 16)));
-          } else {
-            st_shared16(lo, make_uint4(widen_fp8x2(r.x), widen_fp8x2(r.x >> 16), widen_fp8x2(r.y),
-                                       widen_fp8x2(r.y >> 16)));
-            st_shared16(hi, make_uint4(widen_fp8x2(r.z), widen_fp8x2(r.z >> 16), widen_fp8x2(r.w),
-                                       widen_fp8x2(r.w >> 16)));
-          }
+          st_shared16(row + ((unit ^ swz) << 4),
+                      make_uint4(widen_fp8x2(r.x), widen_fp8x2(r.x >> 16), widen_fp8x2(r.y),
+                                 widen_fp8x2(r.y >> 16)));
+          st_shared16(row + (((unit + 1) ^ swz) << 4),
+                      make_uint4(widen_fp8x2(r.z), widen_fp8x2(r.z >> 16), widen_fp8x2(r.w),
+                                 widen_fp8x2(r.w >> 16)));
         }
       }
     }
