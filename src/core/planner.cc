@@ -182,19 +182,31 @@ Plan make_plan(const Batch& batch, const PlanConfig& config) {
   for (const Split& s : splits) items += in.tiles[s.request];
   plan.work.resize(std::size_t(items));
   WorkItem* out = plan.work.data();
+  // With tiles of tile_pairs, an item's row and head steps are the same for every split: their
+  // divisions happen once, not once a split.
+  const std::int32_t fixed_step = std::int32_t(std::max(tile_pairs, 1));
+  const std::int32_t fixed_row_step = fixed_step / H, fixed_head_step = fixed_step % H;
+  const std::int32_t fixed_last_row = (fixed_step - 1) / H, fixed_last_head = (fixed_step - 1) % H;
   for (const std::uint64_t key : order) {
     const Split& s = splits[key & 0xffffffffu];
     const std::int32_t q = in.q[s.request];
     const std::int32_t row_begin = batch.query_start_loc[s.request];
     const std::int32_t pairs = q * H;
-    const std::int32_t step = tile_pairs > 0 ? std::int32_t(tile_pairs) : pairs;
     const std::int32_t* bounds = plan.row_local_bound.data() + row_begin;
     const std::int32_t kv_begin = s.kv_begin, kv_end = s.kv_end, partial = s.partial_row;
     // The row of each item's last pair (pb + step - 1) advances by step / H rows and step % H
-    // heads an item: rules::visible_end without a division per item.
-    std::int32_t last_row = (step - 1) / H, last_head = (step - 1) % H;
-    const std::int32_t row_step = step / H, head_step = step % H;
-    const std::int32_t full_items = pairs / step;
+    // heads an item: rules::visible_end without a division per item. Without tiles the one item
+    // holds all pairs.
+    const bool tiled = tile_pairs > 0;
+    const std::int32_t step = tiled ? fixed_step : pairs;
+    std::int32_t last_row = tiled ? fixed_last_row : q - 1;
+    std::int32_t last_head = tiled ? fixed_last_head : H - 1;
+    const std::int32_t row_step = tiled ? fixed_row_step : q,
+                       head_step = tiled ? fixed_head_step : 0;
+    // in.tiles is ceil(pairs / step); the items that hold a whole step:
+    const auto tiles_of_request = std::int32_t(in.tiles[s.request]);
+    const std::int32_t full_items =
+        tiles_of_request * step == pairs ? tiles_of_request : tiles_of_request - 1;
     for (std::int32_t t = 0; t < full_items; ++t, ++out) {
       *out = {s.request,
               row_begin,
