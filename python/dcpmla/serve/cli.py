@@ -45,7 +45,7 @@ def _parser():
         default=list(d.capture_sizes),
         help="instead of 1..max: batches are padded up to the next of them",
     )
-    p.add_argument("--device", default=d.device, help="cpu or cuda (rank r on GPU r % GPUs)")
+    p.add_argument("--device", default=d.device, help="cpu or cuda (rank r on GPU r %% GPUs)")
     p.add_argument("--decode", default=d.decode, help="numpy (CPU only) or torch")
     p.add_argument("--q-dtype", default=d.q_dtype, help="fp32 or bf16")
     p.add_argument("--kv-dtype", default=d.kv_dtype, help="fp32, bf16 or fp8")
