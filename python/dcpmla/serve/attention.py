@@ -5,13 +5,19 @@ swap: the engine plans a step once (its ragged batch) and every layer runs it.
   dcpmla.cpu.mla_decode on torch CPU tensors (zero-copy through DLPack): the rank-local partial
   over the positions this rank owns.
 - MLADecodeTorch: the same two calls through dcpmla.BatchMLADecodeWrapper (the torch ops) on the
-  cache's device, CPU or CUDA; the batch is planned on the host.
+  cache's device, CPU or CUDA; the batch is planned on the host. With capture sizes it holds a
+  wrapper in graph mode per size (a captured decode reads its own schedule).
 - DcpAttention: a layer's whole step: gather the query over heads, write this step's cache entries
   at the rank's slots, decode, and combine the ranks' partials (dcpmla.dcp_combine).
+
+Each decode also writes the cache (write): MLADecodeCpu in torch, MLADecodeTorch with the
+library's write_kv_, one kernel that skips slot -1 without a data-dependent shape, so that a CUDA
+graph can capture it.
 """
 
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 
 import torch
 
@@ -33,6 +39,16 @@ class StepTimer:
         self._sync = (
             torch.cuda.synchronize if device is not None and device.type == "cuda" else None
         )
+        self._paused = False
+
+    @contextmanager
+    def paused(self):
+        """No marks within (a stream being captured into a CUDA graph must not be waited for)."""
+        self._paused = True
+        try:
+            yield
+        finally:
+            self._paused = False
 
     def _now(self):
         if self._sync is not None:
@@ -40,10 +56,12 @@ class StepTimer:
         return time.perf_counter()
 
     def start(self, category):
-        self._started[category] = self._now()
+        if not self._paused:
+            self._started[category] = self._now()
 
     def stop(self, category):
-        self.seconds[category] += self._now() - self._started.pop(category)
+        if not self._paused:
+            self.seconds[category] += self._now() - self._started.pop(category)
 
     def take(self):
         """The step's totals, and a fresh start for the next step."""
@@ -67,6 +85,9 @@ class MLADecodeCpu:
 
     def plan(self, query_start_loc, seq_lens, *, num_tokens=None, mask=None):
         self._batch = (query_start_loc, seq_lens, num_tokens, mask)
+
+    def write(self, cache, slots, entries):
+        write_cache(cache, slots, entries, self.k_scale)
 
     def run(self, q, kv_cache, block_table):
         if self._batch is None:
@@ -97,7 +118,14 @@ class MLADecodeCpu:
 class MLADecodeTorch:
     """dcpmla's decode of one DCP rank through BatchMLADecodeWrapper on `device`, sized once for
     the engine's limits (requests, rows a step, blocks a request); same calls as MLADecodeCpu.
-    The schedule's block table has max_blocks columns: a step's narrower table is padded."""
+    The schedule's block table has max_blocks columns: a step's narrower table is padded.
+
+    graph_sizes: the capture sizes of the rank's CUDA graphs. Each gets a wrapper of its own with
+    use_cuda_graph=True and limits of its size (n rows hold at most n requests): a captured
+    decode is launched for its schedule's capacity and reads the plan from that schedule, so a
+    step of a capture size is planned into its size's schedule, then its graph replays. Other
+    steps (larger than every size) use the eager wrapper. All wrappers share one workspace: their
+    decodes run one after another on one stream."""
 
     def __init__(
         self,
@@ -115,32 +143,53 @@ class MLADecodeTorch:
         rank=0,
         interleave=1,
         k_scale=1.0,
+        graph_sizes=(),
     ):
-        from dcpmla import attention_ops  # noqa: F401  (registers torch.ops.dcpmla)
+        # Here, not at the top: the numpy path runs without the torch extension.
+        from dcpmla.attention_ops import write_kv_  # also registers torch.ops.dcpmla
 
+        self._write_kv = write_kv_
         self.softmax_scale, self.k_scale = softmax_scale, k_scale
-        config = [num_heads, block_size, num_blocks, world, rank, interleave]
-        limits = [max_requests, max_tokens, max_blocks]
         self.max_blocks = max_blocks
         self._table_source = self._table = None
+        config = [num_heads, block_size, num_blocks, world, rank, interleave]
+        # (requests, rows) of the eager wrapper (None) and of each capture size's
+        limits = {None: (max_requests, max_tokens), **{n: (n, n) for n in graph_sizes}}
         device_index = -1 if device.type == "cpu" else device.index
-        workspace_bytes = torch.ops.dcpmla.schedule_sizes(device_index, config, limits)[1]
-        self.workspace = torch.empty(max(workspace_bytes, 1), dtype=torch.uint8, device=device)
-        self.wrapper = dcpmla.BatchMLADecodeWrapper(
-            self.workspace,
-            num_heads,
-            block_size,
-            kv_dtype,
-            world,
-            rank,
-            interleave,
-            num_blocks=num_blocks,
-            max_num_reqs=max_requests,
-            max_num_tokens=max_tokens,
-            max_blocks_per_req=max_blocks,
+        workspace_bytes = max(
+            torch.ops.dcpmla.schedule_sizes(device_index, config, [r, t, max_blocks])[1]
+            for r, t in limits.values()
         )
+        self.workspace = torch.empty(max(workspace_bytes, 1), dtype=torch.uint8, device=device)
+        self._wrappers = {
+            size: dcpmla.BatchMLADecodeWrapper(
+                self.workspace,
+                num_heads,
+                block_size,
+                kv_dtype,
+                world,
+                rank,
+                interleave,
+                use_cuda_graph=size is not None,
+                num_blocks=num_blocks,
+                max_num_reqs=requests,
+                max_num_tokens=rows,
+                max_blocks_per_req=max_blocks,
+            )
+            for size, (requests, rows) in limits.items()
+        }
+        self.wrapper = self._wrappers[None]  # the wrapper of the step planned last
+
+    @property
+    def graph_sizes(self):
+        return sorted(size for size in self._wrappers if size is not None)
+
+    def wrapper_for(self, num_tokens):
+        """The wrapper a step of num_tokens rows runs: its capture size's, or the eager one."""
+        return self._wrappers.get(num_tokens, self._wrappers[None])
 
     def plan(self, query_start_loc, seq_lens, *, num_tokens=None, mask=None):
+        self.wrapper = self.wrapper_for(num_tokens)
         self.wrapper.plan(
             query_start_loc, seq_lens, num_tokens, mask, softmax_scale=self.softmax_scale
         )
@@ -153,6 +202,9 @@ class MLADecodeTorch:
             if missing > 0:  # columns past a request's blocks are never read
                 self._table = torch.nn.functional.pad(block_table, (0, missing), value=-1)
         return self.wrapper.run(q, kv_cache, self._table, k_scale=self.k_scale)
+
+    def write(self, cache, slots, entries):
+        self._write_kv(entries, slots, cache, self.k_scale)
 
 
 class DcpAttention:
@@ -175,7 +227,7 @@ class DcpAttention:
         )
 
     def __call__(self, q_local, entries, cache):
-        write_cache(cache, self._slots, entries, self.k_scale)
+        self.decode.write(cache, self._slots, entries)
         q = q_local.to(self.q_dtype).contiguous()
         if self.world > 1:
             self.timer.start("combine")

@@ -45,8 +45,16 @@ def _parser():
         default=list(d.capture_sizes),
         help="instead of 1..max: batches are padded up to the next of them",
     )
-    p.add_argument("--device", default=d.device, help="cpu or cuda (rank r on GPU r % GPUs)")
+    p.add_argument("--device", default=d.device, help="cpu or cuda (rank r on GPU r %% GPUs)")
     p.add_argument("--decode", default=d.decode, help="numpy (CPU only) or torch")
+    p.add_argument(
+        "--cuda-graphs",
+        action=argparse.BooleanOptionalAction,
+        default=d.cuda_graphs,
+        help="capture the step in a CUDA graph per capture size at warm-up and replay them "
+        "(default: on with --device cuda --decode torch at W = 1 or with a GPU a rank, off for "
+        "ranks simulated on shared GPUs; requires capture sizes)",
+    )
     p.add_argument("--q-dtype", default=d.q_dtype, help="fp32 or bf16")
     p.add_argument("--kv-dtype", default=d.kv_dtype, help="fp32, bf16 or fp8")
     p.add_argument("--k-scale", type=float, default=d.k_scale)
@@ -84,6 +92,7 @@ def config_from_args(args):
         capture_sizes=tuple(args.capture_sizes),
         device=args.device,
         decode=args.decode,
+        cuda_graphs=args.cuda_graphs,
         q_dtype=args.q_dtype,
         kv_dtype=args.kv_dtype,
         k_scale=args.k_scale,
@@ -98,8 +107,15 @@ def summary(report):
     a, t, s = report["agreement"], report["throughput"], report["speculative"]
     acc = "n/a" if s["acceptance_rate"] is None else f"{s['acceptance_rate']:.2f}"
     first = a["first_divergence"]
+    g = report["cuda_graphs"]
+    graphs = (
+        f"CUDA graphs: {g['captured']} captured, {g['replayed_steps']} steps replayed, "
+        f"{g['eager_steps']} eager"
+        if g["used"]
+        else "no CUDA graphs"
+    )
     return (
-        f"{t['generated_tokens']} tokens in {t['steps']} steps, "
+        f"{t['generated_tokens']} tokens in {t['steps']} steps ({graphs}), "
         f"{t['tokens_per_second']:.1f} tok/s, "
         f"acceptance {acc}; oracle: {a['positions_compared']} positions compared, "
         f"{a['requests_identical']}/{a['requests']} requests identical, "
@@ -113,6 +129,10 @@ def main(argv=None):
     args = _parser().parse_args(argv)
     try:
         config = config_from_args(args).validate()
+        from dcpmla.serve.launch import collective_backend
+        from dcpmla.serve.step_graphs import cuda_graphs_choice
+
+        cuda_graphs_choice(config, collective_backend(config))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

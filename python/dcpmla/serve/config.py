@@ -43,6 +43,9 @@ class ServeConfig:
     capture_sizes: tuple = ()  # instead of 1..max: batches are padded up to the next of them
     device: str = "cpu"  # "cuda": rank r on GPU r % the GPU count (more ranks: simulated)
     decode: str = "numpy"  # "torch" on a GPU
+    # CUDA graphs of the step, one per capture size: None (auto: on a GPU with the torch decode
+    # at W = 1 or with a GPU a rank; off for ranks simulated on shared GPUs), True or False
+    cuda_graphs: object = None
     q_dtype: str = "fp32"
     kv_dtype: str = "fp32"
     k_scale: float = 1.0
@@ -67,6 +70,18 @@ class ServeConfig:
                 "decode",
                 self.device == "cpu" or self.decode == "torch",
                 "torch on a GPU (the numpy path runs on the CPU)",
+            ),
+            ("cuda_graphs", self.cuda_graphs in (None, True, False), "None (auto), True or False"),
+            (
+                "cuda_graphs",
+                self.cuda_graphs is not True or (self.device, self.decode) == ("cuda", "torch"),
+                f"auto or off with device {self.device!r} and decode {self.decode!r} (graphs "
+                "capture the torch decode on a GPU: device 'cuda', decode 'torch')",
+            ),
+            (
+                "cuda_graphs",
+                self.cuda_graphs is not True or self.max_capture_size or self.capture_sizes,
+                "auto or off without capture sizes (set max_capture_size or capture_sizes)",
             ),
             ("q_dtype", self.q_dtype in QUERY_DTYPES, " or ".join(QUERY_DTYPES)),
             ("kv_dtype", self.kv_dtype in CACHE_DTYPES, " or ".join(CACHE_DTYPES)),

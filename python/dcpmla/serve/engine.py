@@ -9,7 +9,10 @@ matches, plus one token. A request's blocks then shrink to its accepted length, 
 drafts' slots are written again by the next step. Requests leave at max_new tokens and return
 their blocks. A request joins only when the free blocks hold its tokens and one step's growth;
 when no running request can grow, the newest gives its blocks back and waits (preemption by
-recomputation: it later prefills all its tokens again)."""
+recomputation: it later prefills all its tokens again).
+
+With CUDA graphs (graphs: a serve.step_graphs.StepGraphs) a step padded to a capture size
+replays that size's graph; a larger step runs eagerly."""
 
 import time
 from dataclasses import dataclass
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 from dcpmla.serve import collectives
 from dcpmla.serve.batch import build_step_batch
 from dcpmla.serve.kv_cache import OutOfBlocks, blocks_needed
-from dcpmla.serve.warmup import capture_sizes
+from dcpmla.serve.warmup import capture_size_for, capture_sizes
 
 
 @dataclass
@@ -28,20 +31,27 @@ class StepRecord:
     prefill_rows: int
     new_tokens: int  # tokens the step produced (accepted drafts and one more per request)
     seconds: float
-    attention: float  # the decode attention, summed over layers
-    combine: float  # query all-gather and combine of the partials
+    # The decode attention summed over layers, and the query all-gather and combine of the
+    # partials; None in a replayed graph (it runs without the host's marks).
+    attention: object
+    combine: object
     viewed_uniform: bool
+    replayed: bool = False  # the step replayed a CUDA graph
 
     @property
     def rest(self):
+        if self.replayed:
+            return None
         return self.seconds - self.attention - self.combine
 
 
 class Engine:
-    def __init__(self, model, attention, caches, allocator, drafter, config, *, rank, group):
+    def __init__(
+        self, model, attention, caches, allocator, drafter, config, *, rank, group, graphs=None
+    ):
         self.model, self.attention, self.caches = model, attention, caches
         self.allocator, self.drafter, self.config = allocator, drafter, config
-        self.rank, self.group = rank, group
+        self.rank, self.group, self.graphs = rank, group, graphs
         self.capture_sizes = capture_sizes(config)
 
     def blocks_needed(self, total_len):
@@ -49,9 +59,9 @@ class Engine:
         return blocks_needed(total_len, c.world, c.block_size, c.interleave)
 
     def padded_size(self, num_tokens):
-        """The smallest capture size >= num_tokens (the graph an engine would replay), or
-        num_tokens itself when it exceeds them all (an engine then runs eagerly)."""
-        return min((s for s in self.capture_sizes if s >= num_tokens), default=num_tokens)
+        """The smallest capture size >= num_tokens (the graph an engine replays), or num_tokens
+        itself when it exceeds them all (the step then runs eagerly)."""
+        return capture_size_for(num_tokens, self.capture_sizes)
 
     def _blocks_for(self, request, total_len):
         """Grows request's blocks to hold total_len tokens on every rank (OutOfBlocks if not)."""
@@ -68,7 +78,9 @@ class Engine:
     def forward(self, rows, drafting):
         """rows: (tokens, total_len, blocks) per request; drafting: per request whether its rows
         are a token and its drafts (not a prompt) -> (greedy tokens [N] int64, the step's
-        StepBatch, {category: seconds}); the batch as the controls present it to attention."""
+        StepBatch, {category: seconds}, whether a CUDA graph replayed it); the batch as the
+        controls present it to attention. With graphs, a capture size's first step (warm-up)
+        runs eagerly and captures its graph; its later steps replay it."""
         batch = build_step_batch(
             rows,
             block_size=self.config.block_size,
@@ -79,13 +91,16 @@ class Engine:
             full_mask=drafting if self.config.control_full_mask else None,
             view_uniform=self.config.control_uniform_view,
         )
-        batch = batch.to(self.caches[0].device)
-        self.attention.plan(batch)
-        logits = self.model.forward(batch.token_ids, batch.positions, self.caches)
+        if self.graphs is not None and self.graphs.covers(batch.num_tokens):
+            logits, replayed = self.graphs.run(batch)
+        else:
+            batch, replayed = batch.to(self.caches[0].device), False
+            self.attention.plan(batch)
+            logits = self.model.forward(batch.token_ids, batch.positions, self.caches)
         greedy = logits.argmax(dim=-1)
         if self.config.world > 1:
             collectives.broadcast_(greedy, 0, self.group)
-        return greedy.tolist(), batch, self.attention.timer.take()
+        return greedy.tolist(), batch, self.attention.timer.take(), replayed
 
     def _schedule(self, running):
         """(request, tokens, total_len) of the requests in this step's batch."""
@@ -118,7 +133,7 @@ class Engine:
         scheduled = self._schedule(running)
         if not scheduled:
             return None
-        greedy, batch, seconds = self.forward(
+        greedy, batch, seconds, replayed = self.forward(
             [(tokens, total, request.blocks) for request, tokens, total in scheduled],
             [request.prefilled for request, _, _ in scheduled],
         )
@@ -148,9 +163,10 @@ class Engine:
             prefill_rows=prefill_rows,
             new_tokens=new_tokens,
             seconds=time.perf_counter() - start,
-            attention=seconds.get("attention", 0.0),
-            combine=seconds.get("combine", 0.0),
+            attention=None if replayed else seconds.get("attention", 0.0),
+            combine=None if replayed else seconds.get("combine", 0.0),
             viewed_uniform=batch.viewed_uniform,
+            replayed=replayed,
         )
 
     def _fits(self, request):

@@ -16,7 +16,18 @@ from dcpmla.serve.agreement import compare_with_oracle
 from dcpmla.serve.oracle import greedy_continuation, seeded_model
 from dcpmla.serve.rank_main import model_config_of, run_rank
 from dcpmla.serve.report import build_report
+from dcpmla.serve.step_graphs import cuda_graphs_choice
 from dcpmla.serve.workload import make_requests
+
+
+def collective_backend(config):
+    """The ranks' process group backend: None at W = 1; NCCL when every rank has a GPU of its
+    own; gloo on the CPU and for ranks simulated on shared GPUs."""
+    if config.world == 1:
+        return None
+    if config.device == "cuda" and torch.cuda.device_count() >= config.world:
+        return "nccl"
+    return "gloo"
 
 
 def _progress_factory(show):
@@ -42,10 +53,9 @@ def _rank_process(rank, config, continuations, port, result_path):
     os.environ["MASTER_PORT"] = str(port)
     # The ranks share this machine's cores: torch's threads split among them.
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.world))
-    backend = "gloo"
-    if config.device == "cuda" and torch.cuda.device_count() >= config.world:
+    backend = collective_backend(config)
+    if backend == "nccl":
         torch.cuda.set_device(rank)
-        backend = "nccl"
     dist.init_process_group(backend, rank=rank, world_size=config.world)
     try:
         result = run_rank(
@@ -69,6 +79,7 @@ def serve(config, oracle=None):
     """Runs config (a ServeConfig) and returns its report (a dict; report.write_report saves
     it). oracle: the continuations when already computed for this model and workload."""
     config.validate()
+    cuda_graphs_choice(config, collective_backend(config))  # an impossible request fails here
     oracle = oracle if oracle is not None else oracle_continuations(config)
     continuations = {i: o.tokens for i, o in oracle.items()}
     if config.world == 1:

@@ -1,5 +1,6 @@
 """One DCP rank of a serving run: builds the seeded model cut to its heads, its cache pool and
-the engine, warms up, serves every request, and returns (on every rank) what it produced."""
+the engine (with a CUDA graph per capture size where graphs are used), warms up, serves every
+request, and returns (on every rank) what it produced."""
 
 import time
 
@@ -19,6 +20,7 @@ from dcpmla.serve.kv_cache import BlockAllocator, allocate_caches, blocks_needed
 from dcpmla.serve.model import AbsorbedMLAModel
 from dcpmla.serve.model_config import deepseek_v3_config, softmax_scale
 from dcpmla.serve.oracle import model_weights, seeded_model
+from dcpmla.serve.step_graphs import CudaStepGraph, StepGraphs, cuda_graphs_choice
 from dcpmla.serve.warmup import capture_sizes, warm_up
 from dcpmla.serve.workload import make_requests
 
@@ -60,8 +62,9 @@ def rank_device(config, rank):
     return torch.device("cuda", rank % torch.cuda.device_count())
 
 
-def make_decode(config, model_config, rank, device):
-    """The rank's decode path (config.decode), sized for the engine's limits."""
+def make_decode(config, model_config, rank, device, graph_sizes=()):
+    """The rank's decode path (config.decode), sized for the engine's limits; graph_sizes: the
+    capture sizes of CUDA graphs (the torch path's wrapper per size)."""
     common = dict(
         softmax_scale=softmax_scale(model_config),
         world=config.world,
@@ -87,19 +90,22 @@ def make_decode(config, model_config, rank, device):
         max_requests=max(config.max_running, largest),
         max_tokens=largest,
         max_blocks=blocks_needed(longest, config.world, config.block_size, config.interleave),
+        graph_sizes=graph_sizes,
         **common,
     )
 
 
-def run_rank(config, continuations, rank, group, progress_factory=None):
-    """Serves config's workload as rank `rank` of config.world; continuations: request id -> the
-    oracle's tokens (the drafter's source). Returns a dict of the run's results."""
+def build_engine(config, continuations, rank, group, graph_type=None):
+    """The rank's Engine for config: seeded weights cut to its heads, caches, decode, drafter.
+    graph_type: what captures the step per capture size (CudaStepGraph; None: every step runs
+    eagerly)."""
     model_config = model_config_of(config)
     weights = model_weights(seeded_model(model_config, config.seed))
     device = rank_device(config, rank)
     _check_same_weights(weights, group, config.world, device)
     weights = {name: w.to(device) for name, w in weights.items()}
-    decode = make_decode(config, model_config, rank, device)
+    sizes = capture_sizes(config) if graph_type is not None else []
+    decode = make_decode(config, model_config, rank, device, sizes)
     attention = DcpAttention(
         decode,
         q_dtype=QUERY_DTYPES[config.q_dtype],
@@ -126,8 +132,30 @@ def run_rank(config, continuations, rank, group, progress_factory=None):
         vocab_size=config.vocab_size,
         seed=config.seed,
     )
+    graphs = None
+    if graph_type is not None:
+        graphs = StepGraphs(
+            model,
+            attention,
+            caches,
+            sizes=sizes,
+            max_blocks=decode.max_blocks,
+            device=device,
+            graph_type=graph_type,
+        )
     allocator = BlockAllocator(config.num_blocks)
-    engine = Engine(model, attention, caches, allocator, drafter, config, rank=rank, group=group)
+    return Engine(
+        model, attention, caches, allocator, drafter, config, rank=rank, group=group, graphs=graphs
+    )
+
+
+def run_rank(config, continuations, rank, group, progress_factory=None):
+    """Serves config's workload as rank `rank` of config.world; continuations: request id -> the
+    oracle's tokens (the drafter's source). Returns a dict of the run's results."""
+    backend = None if group is None else dist.get_backend(group)
+    use_graphs, graphs_why = cuda_graphs_choice(config, backend)
+    engine = build_engine(config, continuations, rank, group, CudaStepGraph if use_graphs else None)
+    device = engine.caches[0].device
 
     start = time.perf_counter()
     warmup_shapes = warm_up(engine, config.max_drafts)
@@ -141,11 +169,12 @@ def run_rank(config, continuations, rank, group, progress_factory=None):
     serve_seconds = time.perf_counter() - start
     if progress is not None:
         progress.close()
-    if allocator.num_free != config.num_blocks:
+    if engine.allocator.num_free != config.num_blocks:
         raise RuntimeError(
             f"blocks (leak): expected all {config.num_blocks} free after serving, got "
-            f"{allocator.num_free}"
+            f"{engine.allocator.num_free}"
         )
+    replayed = sum(r.replayed for r in records)
     return {
         "generated": {r.id: r.generated for r in requests},
         "prompts": {r.id: r.prompt for r in requests},
@@ -156,9 +185,17 @@ def run_rank(config, continuations, rank, group, progress_factory=None):
         "warmup_shapes": warmup_shapes,
         "warmup_seconds": warmup_seconds,
         "serve_seconds": serve_seconds,
-        "softmax_scale": softmax_scale(model_config),
+        "softmax_scale": softmax_scale(model_config_of(config)),
+        "cuda_graphs": {
+            "used": use_graphs,
+            "why": graphs_why,
+            "captured": 0 if engine.graphs is None else engine.graphs.captured,
+            "capture_sizes": [] if engine.graphs is None else engine.graphs.sizes,
+            "replayed_steps": replayed,
+            "eager_steps": len(records) - replayed,
+        },
         "backend": {
-            "decode": type(decode).__name__
+            "decode": type(engine.attention.decode).__name__
             + (
                 " (dcpmla.cpu.mla_decode)"
                 if config.decode == "numpy"
@@ -166,7 +203,7 @@ def run_rank(config, continuations, rank, group, progress_factory=None):
             ),
             "device": str(device)
             + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""),
-            "process_group": None if group is None else dist.get_backend(group),
+            "process_group": backend,
             "torch_threads": torch.get_num_threads(),
         },
     }

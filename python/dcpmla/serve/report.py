@@ -1,6 +1,7 @@
-"""The run's report: configuration, throughput, acceptance, per-step time split into attention,
-combine and the rest, agreement with the oracle; saved as JSON, and a plot of step time against
-batch tokens."""
+"""The run's report: configuration, throughput, acceptance, CUDA graphs (captured, steps replayed
+and run eagerly), per-step time split into attention, combine and the rest (eager steps only: a
+replayed graph runs without the host's marks), agreement with the oracle; saved as JSON, and a
+plot of step time against batch tokens."""
 
 import json
 
@@ -14,7 +15,9 @@ def build_report(config, result, agreement, oracle):
     margins = np.array([m for o in oracle.values() for m in o.margins])
 
     def mean(values):
-        return float(np.mean(values)) if values else 0.0
+        """The mean of the values measured (None: a replayed step's split)."""
+        values = [v for v in values if v is not None]
+        return float(np.mean(values)) if values else None
 
     return {
         "config": config.to_dict(),
@@ -35,6 +38,8 @@ def build_report(config, result, agreement, oracle):
             # tokens a request gains per step it is in (1 without drafts)
             "tokens_per_request_step": generated / max(1, sum(r.requests for r in records)),
         },
+        "cuda_graphs": result["cuda_graphs"],
+        # total: every step; attention, combine and rest: the eager steps (None without any)
         "step_time_mean_seconds": {
             "total": mean([r.seconds for r in records]),
             "attention": mean([r.attention for r in records]),
@@ -53,6 +58,7 @@ def build_report(config, result, agreement, oracle):
                 "combine": r.combine,
                 "rest": r.rest,
                 "viewed_uniform": r.viewed_uniform,
+                "replayed": r.replayed,
             }
             for r in records
         ],
@@ -81,18 +87,23 @@ def write_report(report, path):
 
 
 def plot_step_times(report, path):
-    """PNG: each step's time (ms) against its batch tokens, total and its attention / combine."""
+    """PNG: each step's time (ms) against its batch tokens, total and its attention / combine
+    (eager steps), replayed graphs marked apart."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     steps = report["steps"]
-    tokens = [s["tokens"] for s in steps]
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for key, marker in (("seconds", "o"), ("attention", "^"), ("combine", "s"), ("rest", "x")):
-        label = "step total" if key == "seconds" else key
-        ax.scatter(tokens, [1e3 * s[key] for s in steps], marker=marker, label=label, s=18)
+    series = [("step total (eager)", "seconds", "o", False)]
+    series += [(key, key, marker, False) for key, marker in (("attention", "^"), ("combine", "s"))]
+    series += [("rest", "rest", "x", False), ("step total (graph replay)", "seconds", "D", True)]
+    for label, key, marker, replayed in series:
+        shown = [s for s in steps if s["replayed"] == replayed]
+        if shown:
+            tokens, ms = [s["tokens"] for s in shown], [1e3 * s[key] for s in shown]
+            ax.scatter(tokens, ms, marker=marker, label=label, s=18)
     cfg = report["config"]
     ax.set_xlabel("batch tokens (query rows)")
     ax.set_ylabel("time (ms)")

@@ -99,3 +99,12 @@ def test_config_errors_name_the_field():
         ServeConfig(kv_dtype="fp16").validate()
     with pytest.raises(ValueError, match=r"^max_batch_tokens"):
         ServeConfig(max_drafts=7, max_batch_tokens=4).validate()
+
+
+def test_cli_help_prints_every_option(capsys):
+    from dcpmla.serve.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    assert "rank r on GPU r % GPUs" in " ".join(capsys.readouterr().out.split())

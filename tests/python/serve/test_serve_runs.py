@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from dcpmla.serve.cli import main  # noqa: E402
@@ -141,8 +141,6 @@ def test_torch_ops_path_serves_the_oracles_tokens(oracle, world):
 
 
 def _cuda():
-    import torch
-
     return torch.cuda.is_available() and _torch_ops_built()
 
 
@@ -155,6 +153,10 @@ def test_gpu_serves_the_oracles_tokens(oracle, world):
     )
     _assert_agrees(report)
     assert report["backend"]["device"].startswith("cuda")
+    # Graphs by default where each rank has a GPU (W = 1, or NCCL); ranks sharing one: eager.
+    graphs = report["cuda_graphs"]
+    assert graphs["used"] == (world == 1 or torch.cuda.device_count() >= world)
+    assert graphs["captured"] == (12 if graphs["used"] else 0)
 
 
 def test_numpy_decode_refuses_the_gpu():
