@@ -3,7 +3,9 @@
 // before any output is touched.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -13,6 +15,10 @@
 #include "dcpmla/tensor.h"
 
 namespace dcpmla {
+
+// Writes a schedule's host image (its layout's bytes) and returns how many leading bytes hold
+// the plan.
+using ScheduleImageWriter = std::function<std::size_t(std::byte* image)>;
 
 class Communicator;
 class DcpWorkspace;
@@ -166,9 +172,12 @@ class Backend {
 
   // The planner's model of this backend (PlanConfig::model).
   virtual DeviceModel device_model() const = 0;
-  // Schedule::update and Schedule::plan_on_device, after their checks: write the plan into the
-  // schedule's memory on s.
-  virtual void update_schedule(Schedule& schedule, const Plan& plan, Stream s) = 0;
+  // Schedule::update and Schedule::plan, after their checks: calls write once with a host image
+  // of the schedule's layout (the schedule's memory itself on the CPU; on a GPU pinned staging,
+  // whose leading bytes that write returns are then copied on s). write may throw before it
+  // writes anything, and the schedule stays as it was.
+  virtual void write_schedule(Schedule& schedule, const ScheduleImageWriter& write, Stream s) = 0;
+  // Schedule::plan_on_device, after its checks: plan the device batch into the schedule on s.
   virtual void plan_schedule(Schedule& schedule, const DeviceBatchRef& batch,
                              std::int64_t num_tokens, Stream s) = 0;
 

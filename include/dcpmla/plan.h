@@ -106,6 +106,11 @@ struct Plan {
   std::vector<WorkItem, UninitializedAllocator<WorkItem>> work;
   std::vector<MergeRow> merges;       // [rows of split requests]
   std::int64_t num_partial_rows = 0;  // rows of the split-KV partial workspace
+  // KV tokens of the request splits cut into several work items (their row tiles walk the same
+  // KV, from L2 after the first), and of those that are one item: the CUDA decode asks for its
+  // bulk copies' L2 promotion by which is larger.
+  std::int64_t kv_shared_tokens = 0;
+  std::int64_t kv_alone_tokens = 0;
 };
 
 // Validates (throws Error naming the argument, expected and actual) and plans. The batch's block

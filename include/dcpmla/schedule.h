@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "dcpmla/batch.h"
 #include "dcpmla/plan.h"
 #include "dcpmla/tensor.h"
 
@@ -91,6 +92,11 @@ class Schedule {
   // Error, leaving the schedule as it was, when the plan exceeds the capacity or has another
   // config.
   void update(const Plan& plan, Stream s);
+  // Plans a host batch into the schedule: the plan make_plan(batch, config()) makes, its work
+  // items written into the schedule's host image as they are made (no Plan copied), then the
+  // same asynchronous copy as update. Throws Error, leaving the schedule as it was, when the
+  // batch is invalid or its plan exceeds the capacity.
+  void plan(const Batch& batch, Stream s);
   // Plans on the device from batch (device memory): exactly the plan make_plan makes for the
   // same batch and config, or a fault (status) with every decode output poisoned. Nothing is
   // read or written out of bounds whatever the batch holds. Enqueued on s; no synchronisation.
@@ -125,6 +131,7 @@ class Schedule {
 
  private:
   void limit_config();
+  void require_fits(const ScheduleCapacity& need) const;
 
   Backend* backend_ = nullptr;
   PlanConfig config_;

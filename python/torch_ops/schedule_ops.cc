@@ -89,7 +89,7 @@ std::vector<std::int64_t> plan_host(Tensor schedule, Tensor query_start_loc, Ten
     if (limits != std::vector<std::int64_t>{-1, -1, -1}) {
       const ScheduleCapacity cap = capacity(c, limits);
       Schedule& s = prepare_schedule(place, call.backend(), c, cap, memory);
-      s.update(make_plan(batch, s.config()), call.stream());
+      s.plan(batch, call.stream());
       return sizes(cap);
     }
     // Fit the batch: exactly the capacity its plan needs (the host state of the schedule is made

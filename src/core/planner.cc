@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "core/plan_into.h"
 #include "core/plan_rules.h"
 #include "core/split_policy.h"
 #include "dcpmla/error.h"
@@ -78,6 +79,13 @@ void validate_block_ids(const Batch& batch, const PlanConfig& config) {
 }
 
 Plan make_plan(const Batch& batch, const PlanConfig& config) {
+  return make_plan_into(batch, config, [](Plan& plan, std::int64_t items) {
+    plan.work.resize(std::size_t(items));
+    return plan.work.data();
+  });
+}
+
+Plan make_plan_into(const Batch& batch, const PlanConfig& config, const WorkItemSink& sink) {
   validate_batch(batch, config);
   const auto& sh = config.sharding;
   const int B = batch.num_requests();
@@ -178,10 +186,20 @@ Plan make_plan(const Batch& batch, const PlanConfig& config) {
   for (std::size_t i = 0; i < splits.size(); ++i) order[i] = splits[i].key;
   std::sort(order.begin(), order.end());
 
+  // decode_workspace_bytes must not wrap around (a backend would under-allocate).
+  constexpr std::uint64_t kRowHeadBytes = (kLatentDim + 1) * sizeof(float);
+  const auto partial_rows = std::uint64_t(plan.num_partial_rows);
+  constexpr std::uint64_t kMaxBytes = std::numeric_limits<std::size_t>::max();
+  DCPMLA_REQUIRE(partial_rows == 0 || std::uint64_t(H) <= kMaxBytes / kRowHeadBytes / partial_rows,
+                 ErrorCode::out_of_range, "num_heads",
+                 fmt::format("a split-KV workspace of partial rows x num_heads x {} bytes that "
+                             "fits in size_t ({} partial rows)",
+                             kRowHeadBytes, partial_rows),
+                 std::to_string(H));
+
   std::int64_t items = 0;
   for (const Split& s : splits) items += in.tiles[s.request];
-  plan.work.resize(std::size_t(items));
-  WorkItem* out = plan.work.data();
+  WorkItem* out = sink(plan, items);
   // With tiles of tile_pairs, an item's row and head steps are the same for every split: their
   // divisions happen once, not once a split.
   const std::int32_t fixed_step = std::int32_t(std::max(tile_pairs, 1));
@@ -220,7 +238,8 @@ Plan make_plan(const Batch& batch, const PlanConfig& config) {
       last_head += head_step;
       if (last_head >= H) last_head -= H, ++last_row;
     }
-    if (full_items * step < pairs) {
+    const bool tail = full_items * step < pairs;
+    if (tail) {
       *out++ = {s.request,
                 row_begin,
                 full_items * step,
@@ -230,17 +249,9 @@ Plan make_plan(const Batch& batch, const PlanConfig& config) {
                 rules::clamp_visible(bounds[q - 1], kv_begin, kv_end),
                 partial};
     }
+    (full_items + (tail ? 1 : 0) > 1 ? plan.kv_shared_tokens : plan.kv_alone_tokens) +=
+        kv_end - kv_begin;
   }
-  // decode_workspace_bytes must not wrap around (a backend would under-allocate).
-  constexpr std::uint64_t kRowHeadBytes = (kLatentDim + 1) * sizeof(float);
-  const auto partial = std::uint64_t(plan.num_partial_rows);
-  constexpr std::uint64_t kMaxBytes = std::numeric_limits<std::size_t>::max();
-  DCPMLA_REQUIRE(partial == 0 || std::uint64_t(H) <= kMaxBytes / kRowHeadBytes / partial,
-                 ErrorCode::out_of_range, "num_heads",
-                 fmt::format("a split-KV workspace of partial rows x num_heads x {} bytes that "
-                             "fits in size_t ({} partial rows)",
-                             kRowHeadBytes, partial),
-                 std::to_string(H));
   return plan;
 }
 

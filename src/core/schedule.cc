@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/device_planner.h"
+#include "core/plan_into.h"
 #include "core/plan_rules.h"
 #include "core/schedule_layout.h"
 #include "dcpmla/backend.h"
@@ -37,21 +38,6 @@ void validate_capacity(const ScheduleCapacity& c, const PlanConfig& config) {
                              "2^31",
                              config.num_heads),
                  describe(c));
-}
-
-// Whether most of the plan's KV tokens are read by more than one work item: those of request
-// splits cut into several items (their row tiles walk the same KV, from L2 after the first). The
-// CUDA decode asks for its bulk copies differently then.
-bool kv_mostly_shared(const Plan& plan) {
-  std::int64_t shared = 0, alone = 0;
-  const auto& w = plan.work;
-  for (std::size_t i = 0; i < w.size(); ++i) {
-    if (w[i].pair_begin != 0) continue;
-    const bool several = i + 1 < w.size() && w[i + 1].request == w[i].request &&
-                         w[i + 1].kv_begin == w[i].kv_begin && w[i + 1].pair_begin != 0;
-    (several ? shared : alone) += std::int64_t(w[i].kv_end) - w[i].kv_begin;
-  }
-  return shared > alone;
 }
 
 }  // namespace
@@ -114,14 +100,19 @@ ScheduleView schedule_view(void* memory, const ScheduleCapacity& c) {
 
 std::size_t pack_schedule(const Plan& plan, const ScheduleCapacity& c, std::byte* image) {
   const ScheduleLayout l = schedule_layout(c);
-  const ScheduleHeader header{std::int64_t(plan.work.size()),
-                              std::int64_t(plan.merges.size()),
-                              plan.num_real_rows,
-                              plan.num_rows,
-                              kNoFault,
-                              plan.num_partial_rows,
-                              plan.max_splits,
-                              plan.num_requests,
+  if (!plan.work.empty()) {
+    std::memcpy(image + l.items, plan.work.data(), plan.work.size() * sizeof(WorkItem));
+  }
+  return pack_schedule_counts(plan, std::int64_t(plan.work.size()), c, image);
+}
+
+std::size_t pack_schedule_counts(const Plan& plan, std::int64_t work_items,
+                                 const ScheduleCapacity& c, std::byte* image) {
+  const ScheduleLayout l = schedule_layout(c);
+  const ScheduleHeader header{work_items,         std::int64_t(plan.merges.size()),
+                              plan.num_real_rows, plan.num_rows,
+                              kNoFault,           plan.num_partial_rows,
+                              plan.max_splits,    plan.num_requests,
                               plan.num_rows};
   std::memcpy(image, &header, sizeof header);
   if (!plan.row_local_bound.empty()) {
@@ -131,10 +122,7 @@ std::size_t pack_schedule(const Plan& plan, const ScheduleCapacity& c, std::byte
   if (!plan.merges.empty()) {
     std::memcpy(image + l.merge_rows, plan.merges.data(), plan.merges.size() * sizeof(MergeRow));
   }
-  if (!plan.work.empty()) {
-    std::memcpy(image + l.items, plan.work.data(), plan.work.size() * sizeof(WorkItem));
-  }
-  return l.items + plan.work.size() * sizeof(WorkItem);
+  return l.items + std::size_t(work_items) * sizeof(WorkItem);
 }
 
 ScheduleCapacity capacity_of(const Plan& plan) {
@@ -263,6 +251,11 @@ bool Schedule::accepts(const PlanConfig& c) const {
          c.model.tile_pairs == config_.model.tile_pairs;
 }
 
+void Schedule::require_fits(const ScheduleCapacity& need) const {
+  DCPMLA_REQUIRE(max_capacity(need, capacity_) == capacity_, ErrorCode::shape_mismatch, "plan",
+                 "a plan within the schedule's capacity: " + describe(capacity_), describe(need));
+}
+
 void Schedule::update(const Plan& plan, Stream s) {
   const PlanConfig& c = plan.config;
   DCPMLA_REQUIRE(
@@ -275,19 +268,49 @@ void Schedule::update(const Plan& plan, Stream s) {
                   "(interleave {}), {} pairs a work item",
                   c.num_heads, c.block_size, c.num_blocks, c.sharding.rank, c.sharding.world,
                   c.sharding.interleave, c.model.tile_pairs));
-  const ScheduleCapacity need = capacity_of(plan);
-  DCPMLA_REQUIRE(max_capacity(need, capacity_) == capacity_, ErrorCode::shape_mismatch, "plan",
-                 "a plan within the schedule's capacity: " + describe(capacity_), describe(need));
-  backend_->update_schedule(*this, plan, s);
+  require_fits(capacity_of(plan));
+  backend_->write_schedule(
+      *this, [&](std::byte* image) { return pack_schedule(plan, capacity_, image); }, s);
+  const auto items = std::int64_t(plan.work.size());
   host_ = {true,
            false,
            plan.num_requests,
            plan.num_rows,
            plan.num_real_rows,
-           std::int64_t(plan.work.size()),
+           items,
            std::int64_t(plan.merges.size()),
            plan.max_splits,
-           kv_mostly_shared(plan)};
+           plan.kv_shared_tokens > plan.kv_alone_tokens};
+}
+
+void Schedule::plan(const Batch& batch, Stream s) {
+  const std::size_t items_offset = schedule_layout(capacity_).items;
+  HostView view;
+  backend_->write_schedule(
+      *this,
+      [&](std::byte* image) {
+        auto* items = reinterpret_cast<WorkItem*>(image + items_offset);
+        std::int64_t n = 0;
+        const Plan made = make_plan_into(batch, config_, [&](Plan& p, std::int64_t count) {
+          ScheduleCapacity need = capacity_of(p);
+          need.work_items = count;
+          require_fits(need);
+          n = count;
+          return items;
+        });
+        view = {true,
+                false,
+                made.num_requests,
+                made.num_rows,
+                made.num_real_rows,
+                n,
+                std::int64_t(made.merges.size()),
+                made.max_splits,
+                made.kv_shared_tokens > made.kv_alone_tokens};
+        return pack_schedule_counts(made, n, capacity_, image);
+      },
+      s);
+  host_ = view;
 }
 
 void Schedule::plan_on_device(const DeviceBatchRef& batch, Stream s) {

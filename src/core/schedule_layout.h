@@ -49,6 +49,9 @@ ScheduleView schedule_view(void* memory, const ScheduleCapacity& capacity);
 // Writes `plan` into a host image of the schedule (the layout's bytes) and returns how many
 // leading bytes hold it. The plan must fit the capacity (Schedule::update checks).
 std::size_t pack_schedule(const Plan& plan, const ScheduleCapacity& capacity, std::byte* image);
+// The same but for the work items, which are in the image already (work_items of them).
+std::size_t pack_schedule_counts(const Plan& plan, std::int64_t work_items,
+                                 const ScheduleCapacity& capacity, std::byte* image);
 
 // The ScheduleStatus of a fault word.
 ScheduleStatus decode_fault(std::uint64_t fault);

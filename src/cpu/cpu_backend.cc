@@ -47,8 +47,8 @@ class CpuBackend final : public Backend {
     // Each work item runs all of a request's pairs; splits keep the threads busy.
     return {pool_.size(), 0, 256};
   }
-  void update_schedule(Schedule& schedule, const Plan& plan, Stream) override {
-    pack_schedule(plan, schedule.capacity(), static_cast<std::byte*>(schedule.memory()));
+  void write_schedule(Schedule& schedule, const ScheduleImageWriter& write, Stream) override {
+    write(static_cast<std::byte*>(schedule.memory()));
   }
   void plan_schedule(Schedule& schedule, const DeviceBatchRef& batch, std::int64_t num_tokens,
                      Stream) override {

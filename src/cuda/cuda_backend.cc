@@ -50,12 +50,13 @@ class ScheduleStaging {
   ScheduleStaging(const ScheduleStaging&) = delete;
   ScheduleStaging& operator=(const ScheduleStaging&) = delete;
 
-  void write(const Plan& plan, const ScheduleCapacity& capacity, void* device, cudaStream_t s) {
+  // The image in turn is written (write may throw before writing: the device copy is untouched).
+  void write(const ScheduleImageWriter& write, void* device, cudaStream_t s) {
     const int k = next_;
-    next_ ^= 1;
     DCPMLA_CUDA_CHECK(cudaEventSynchronize(copied_[k]));
     auto* image = static_cast<std::byte*>(image_[k]);
-    const std::size_t n = pack_schedule(plan, capacity, image);
+    const std::size_t n = write(image);
+    next_ ^= 1;
     DCPMLA_CUDA_CHECK(cudaMemcpyAsync(device, image, n, cudaMemcpyHostToDevice, s));
     DCPMLA_CUDA_CHECK(cudaEventRecord(copied_[k], s));
   }
@@ -131,15 +132,14 @@ class CudaBackend final : public Backend {
     // tokens (docs/design/decode-kernel.md).
     return {sms_, cuda::kTilePairs, 256};
   }
-  void update_schedule(Schedule& schedule, const Plan& plan, Stream s) override {
+  void write_schedule(Schedule& schedule, const ScheduleImageWriter& write, Stream s) override {
     use_device();
     auto& state = schedule.backend_state();
     if (!state) {
       const ScheduleLayout l = schedule_layout(schedule.capacity());
       state = std::make_shared<ScheduleStaging>(l.scratch);
     }
-    static_cast<ScheduleStaging*>(state.get())
-        ->write(plan, schedule.capacity(), schedule.memory(), as_stream(s));
+    static_cast<ScheduleStaging*>(state.get())->write(write, schedule.memory(), as_stream(s));
   }
   void plan_schedule(Schedule& schedule, const DeviceBatchRef& batch, std::int64_t num_tokens,
                      Stream s) override {

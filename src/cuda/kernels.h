@@ -69,7 +69,7 @@ void launch_fma_decode(const DecodeParams& p, DType q_dtype, DType cache_dtype,
 
 // decode/sm90/sm90_decode.cu: the tensor-core kernel `kernel` (one of the sm90 kernels of
 // kernel_selection.h). kv_shared: most KV tokens are read by several thread blocks
-// (kv_mostly_shared).
+// (Plan::kv_shared_tokens > kv_alone_tokens).
 void launch_sm90_decode(const DecodeParams& p, DecodeKernel kernel, std::int64_t num_tiles,
                         bool kv_shared, cudaStream_t s);
 

@@ -210,6 +210,62 @@ TEST(Schedule, HostUpdateRefusesPlansOverCapacityAndOtherConfigs) {
   EXPECT_EQ(std::memcmp(before.data(), s.memory(), before.size()), 0);
 }
 
+// Schedule::plan (work items planned straight into the image) writes the bytes that make_plan
+// and update write.
+TEST(Schedule, HostPlanIntoTheScheduleEqualsMakePlanAndUpdate) {
+  const auto cpu = make_cpu_backend(1);
+  std::mt19937_64 rng(31);
+  for (int i = 0; i < 400; ++i) {
+    const RandomCase c = random_case(rng);
+    const Batch& b = c.batch;
+    const auto cap = capacity_for_limits(c.config, b.num_requests(), b.rows(),
+                                         max_blocks(b, c.config.sharding, c.config.block_size));
+    Schedule s(*cpu, c.config, cap);
+    const Plan plan = make_plan(b, s.config());
+    std::memset(s.memory(), 0xab, schedule_bytes(cap));
+    s.plan(b, nullptr);
+    expect_same_schedule(s, plan, "batch " + std::to_string(i));
+    if (HasFatalFailure()) return;
+    const Schedule::HostView& v = s.host_view();
+    EXPECT_EQ(v.work_items, std::int64_t(plan.work.size()));
+    EXPECT_EQ(v.merge_rows, std::int64_t(plan.merges.size()));
+    EXPECT_EQ(v.real_rows, plan.num_real_rows);
+    EXPECT_EQ(v.max_splits, plan.max_splits);
+  }
+}
+
+// A batch whose plan exceeds the capacity, or an invalid batch, throws before anything of the
+// schedule is written.
+TEST(Schedule, HostPlanIntoTheScheduleLeavesItUntouchedOnErrors) {
+  const auto cpu = make_cpu_backend(1);
+  PlanConfig config{{2, 1, 1}, 16, 16, 1024, {8, 0, 16}, 0};
+  Batch fits;
+  fits.query_start_loc = {0, 1};
+  fits.total_len = {40};
+  const auto cap = capacity_of(make_plan(fits, config));
+  Schedule s(*cpu, config, cap);
+  std::memset(s.memory(), 0x5c, schedule_bytes(cap));
+  const std::vector<std::byte> before(static_cast<std::byte*>(s.memory()),
+                                      static_cast<std::byte*>(s.memory()) + schedule_bytes(cap));
+  auto untouched = [&] { return std::memcmp(before.data(), s.memory(), before.size()) == 0; };
+  Batch longer = fits;  // more work items (splits) than the capacity holds
+  longer.total_len = {4000};
+  try {
+    s.plan(longer, nullptr);
+    FAIL() << "a plan over the capacity accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "plan");
+  }
+  EXPECT_TRUE(untouched());
+  Batch bad = fits;
+  bad.total_len = {0};  // T < Q
+  EXPECT_THROW(s.plan(bad, nullptr), Error);
+  EXPECT_TRUE(untouched());
+  EXPECT_FALSE(s.host_view().written);
+  s.plan(fits, nullptr);
+  EXPECT_TRUE(s.host_view().written);
+}
+
 // A DCP step through device-planned schedules agrees with the double-precision reference.
 TEST(Schedule, DevicePlannedDcpStepsMatchTheReference) {
   for (const auto combine : {Combine::ag_rs, Combine::a2a}) {

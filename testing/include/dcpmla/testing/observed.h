@@ -69,8 +69,8 @@ class ObservedBackend final : public Backend {
     inner_.accumulate(dst, src, count, s);
   }
   DeviceModel device_model() const override { return inner_.device_model(); }
-  void update_schedule(Schedule& schedule, const Plan& plan, Stream s) override {
-    inner_.update_schedule(schedule, plan, s);
+  void write_schedule(Schedule& schedule, const ScheduleImageWriter& write, Stream s) override {
+    inner_.write_schedule(schedule, write, s);
   }
   void plan_schedule(Schedule& schedule, const DeviceBatchRef& batch, std::int64_t num_tokens,
                      Stream s) override {
