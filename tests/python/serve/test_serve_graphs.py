@@ -10,6 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from serve_markers import cuda, torch_ops  # noqa: E402
+
 from dcpmla.serve import rank_main  # noqa: E402
 from dcpmla.serve.batch import build_step_batch  # noqa: E402
 from dcpmla.serve.cli import _parser, config_from_args, main  # noqa: E402
@@ -23,21 +25,6 @@ from dcpmla.serve.step_graphs import (  # noqa: E402
 from dcpmla.serve.warmup import capture_size_for, capture_sizes  # noqa: E402
 
 BASE = dict(num_requests=5, prompt_len=(8, 32), max_new_tokens=16, show_progress=False)
-
-
-def _torch_ops_built():
-    try:
-        from dcpmla import attention_ops  # noqa: F401
-    except (ImportError, OSError):
-        return False
-    return True
-
-
-torch_ops = pytest.mark.skipif(not _torch_ops_built(), reason="the torch extension is not built")
-cuda = pytest.mark.skipif(
-    not (torch.cuda.is_available() and _torch_ops_built()),
-    reason="needs a CUDA GPU and the torch extension",
-)
 
 
 class RerunForward:

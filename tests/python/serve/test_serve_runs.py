@@ -13,6 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from serve_markers import cuda, torch_ops  # noqa: E402
+
 from dcpmla.serve.cli import main  # noqa: E402
 from dcpmla.serve.config import ServeConfig  # noqa: E402
 from dcpmla.serve.launch import oracle_continuations, serve  # noqa: E402
@@ -120,17 +122,6 @@ def test_requests_wait_for_blocks_and_are_preempted(oracle):
         _serve(oracle, block_size=8, num_blocks=2)
 
 
-def _torch_ops_built():
-    try:
-        from dcpmla import attention_ops  # noqa: F401
-    except (ImportError, OSError):
-        return False
-    return True
-
-
-torch_ops = pytest.mark.skipif(not _torch_ops_built(), reason="the torch extension is not built")
-
-
 @torch_ops
 @pytest.mark.parametrize("world", [1, 2])
 def test_torch_ops_path_serves_the_oracles_tokens(oracle, world):
@@ -140,11 +131,7 @@ def test_torch_ops_path_serves_the_oracles_tokens(oracle, world):
     assert "BatchMLADecodeWrapper" in report["backend"]["decode"]
 
 
-def _cuda():
-    return torch.cuda.is_available() and _torch_ops_built()
-
-
-@pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU and the torch extension")
+@cuda
 @pytest.mark.parametrize("world", [1, 2])
 def test_gpu_serves_the_oracles_tokens(oracle, world):
     """W = 1 on the GPU, and W = 2 simulated on it (two processes, collectives via the host)."""
