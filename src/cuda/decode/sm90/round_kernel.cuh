@@ -93,8 +93,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   // Tile 0 (C0's) and tile 1 (C1's), whole, while Q loads.
-  if (wt == 0 && wg < n)
-    load_chunks<0, 1, 2, 3, 8, 4, 5, 6, 7>(p, sm, wg, tile_box_row(p, tile, t0_of(wg)));
+  if (wt == 0 && wg < n) {
+    load_chunks<0, 1, 2, 3, 8, 4, 5, 6, 7>(
+        p, sm, wg, tile_box_row(p, tile_block_id(p, tile, t0_of(wg)), t0_of(wg)));
+  }
+  // Block ids of the tiles the next round refills (A', B'), read a round ahead by the threads
+  // that issue their boxes: a block id read at the top of its round stalled the issuing warp, and
+  // with it its warpgroup, for a global load's latency (~1100-1300 cycles a round).
+  std::int32_t id_next[2] = {0, 0};
+  if (wt == 0) {
+    if (2 < n) id_next[0] = tile_block_id(p, tile, t0_of(2));
+    if (3 < n) id_next[1] = tile_block_id(p, tile, t0_of(3));
+  }
   if (n > 0) {
     load_q<kThreads>(p, tile, sm.q, tid);
     hopper::cp_async_wait_all();
@@ -125,12 +135,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int b = a + 1;
     const bool has_b = b < n;
     const bool next_a = a + 2 < n, next_b = b + 2 < n;
-    // The boxes of the next round's tiles, read now by the thread that issues them.
-    int row_a = 0, row_b = 0;
+    // This round's refills take the block ids read in the round before; the next round's are
+    // read now.
+    const std::int32_t id_a = id_next[0], id_b = id_next[1];
     if (wt == 0) {
-      if (next_a) row_a = tile_box_row(p, tile, t0_of(a + 2));
-      if (next_b) row_b = tile_box_row(p, tile, t0_of(b + 2));
+      if (a + 4 < n) id_next[0] = tile_block_id(p, tile, t0_of(a + 4));
+      if (b + 4 < n) id_next[1] = tile_block_id(p, tile, t0_of(b + 4));
     }
+    auto row_a = [&] { return tile_box_row(p, id_a, t0_of(a + 2)); };
+    auto row_b = [&] { return tile_box_row(p, id_b, t0_of(b + 2)); };
     if (wg == 0) {
       // ---- C0: tile A, then O_L through tile B ----------------------------------------------
       float f_a[2];
@@ -144,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       issue_pv(o, sm, sm.p0, a, 0);
       hopper::wgmma_wait<0>();
       hopper::pin_registers(o);
-      if (wt == 0 && next_a) load_chunks<0, 1, 2, 3, 8>(p, sm, a + 2, row_a);
+      if (wt == 0 && next_a) load_chunks<0, 1, 2, 3, 8>(p, sm, a + 2, row_a());
       if (has_b) {
         named_barrier_sync(kBReady, kThreads);
         const float m_a[2] = {st.m[0], st.m[1]};
@@ -156,12 +169,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         named_barrier_arrive(kBlIssued, kThreads);
         hopper::wgmma_wait<0>();
         hopper::pin_registers(o);
-        if (wt == 0 && next_b) load_chunks<0, 1, 2, 3>(p, sm, b + 2, row_b);
+        if (wt == 0 && next_b) load_chunks<0, 1, 2, 3>(p, sm, b + 2, row_b());
       }
       if (next_a) scores(a + 2);
     } else {
       // ---- C1: tile B, and O_R through tiles A and B ----------------------------------------
-      if (wt == 0 && next_b) load_chunks<8>(p, sm, b + 2, row_b);
+      if (wt == 0 && next_b) load_chunks<8>(p, sm, b + 2, row_b());
       named_barrier_sync(kAReady, kThreads);
       const float m_before_a[2] = {st.m[0], st.m[1]};
       read_rows(sm, rows, quad, st);
@@ -181,14 +194,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (has_b) named_barrier_arrive(kArIssued, kThreads);
       hopper::wgmma_wait<0>();
       hopper::pin_registers(o);
-      if (wt == 0 && next_a) load_chunks<4, 5, 6, 7>(p, sm, a + 2, row_a);
+      if (wt == 0 && next_a) load_chunks<4, 5, 6, 7>(p, sm, a + 2, row_a());
       if (has_b) {
         rescale_o(o, f_b);
         named_barrier_sync(kBlIssued, kThreads);
         issue_pv(o, sm, sm.p1, b, 1);
         hopper::wgmma_wait<0>();
         hopper::pin_registers(o);
-        if (wt == 0 && next_b) load_chunks<4, 5, 6, 7>(p, sm, b + 2, row_b);
+        if (wt == 0 && next_b) load_chunks<4, 5, 6, 7>(p, sm, b + 2, row_b());
         if (next_b) scores(b + 2);
       }
     }

@@ -12,14 +12,19 @@
 
 namespace dcpmla::cuda::sm90::rounds {
 
-// The cache row of the box of the tile at local token t0 (one page holds the whole tile), or the
-// tensor's row count (past its end: NaN, no read) for a block id outside the cache. A global
-// load: read a round ahead by the issuing thread.
-__device__ __forceinline__ int tile_box_row(const DecodeParams& p, const DecodeTile& tile, int t0) {
-  const std::int64_t id =
-      p.block_table[std::int64_t(tile.request) * p.max_blocks + t0 / p.block_size];
+// The block id of the page that holds the tile at local token t0, as the table gives it (a
+// global load: read a round before its boxes are issued, so that nothing waits for it).
+__device__ __forceinline__ std::int32_t tile_block_id(const DecodeParams& p, const DecodeTile& tile,
+                                                      int t0) {
+  return p.block_table[std::int64_t(tile.request) * p.max_blocks + t0 / p.block_size];
+}
+
+// The cache row of the box of the tile at local token t0 in page `id` (one page holds the whole
+// tile), or the tensor's row count (past its end: NaN, no read) for a block id outside the cache.
+__device__ __forceinline__ int tile_box_row(const DecodeParams& p, std::int32_t id, int t0) {
   const std::int64_t end_row = std::int64_t(p.num_blocks) * p.block_size;
-  return int((id >= 0 && id < p.num_blocks) ? id * p.block_size + t0 % p.block_size : end_row);
+  return int((id >= 0 && id < p.num_blocks) ? std::int64_t(id) * p.block_size + t0 % p.block_size
+                                            : end_row);
 }
 
 // Chunks `Chunks` of tile `index` (box row `row`) into its stage, by one thread: each chunk's
