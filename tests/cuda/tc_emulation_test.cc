@@ -1,11 +1,13 @@
 // The tensor-core decode kernels' own source (src/cuda/decode/sm90/kernel.cuh with its narrow
-// tiles, bulk tensor copies, mbarriers, named barriers and wgmma) run on the CPU through a host
-// emulation of those instructions (tc_emulation.h): no GPU needed. Checks the kernels against the
-// CPU backend on ragged DCP batches (poisoned pages, several KV tiles a walk, split and unsplit,
-// narrow, partial and whole tiles), that the flattened and native forms give the same bits, and,
-// through the emulation's own checks, that no barrier deadlocks or is misused, that no MMA's
-// operands change while it is in flight and that no thread overwrites an MMA's operands before it
-// is ordered after the MMA's completion (with a negative control of that check).
+// tiles, and the round decode, round_kernel.cuh: bulk tensor copies, mbarriers, named barriers and
+// wgmma, RS included) run on the CPU through a host emulation of those instructions
+// (tc_emulation.h): no GPU needed. Checks the kernels against the CPU backend on ragged DCP batches
+// (poisoned pages, several KV tiles a walk, split and unsplit, narrow, partial and whole tiles),
+// that the flattened and native forms give the same bits, that the round decode gives the bits of
+// the warp-specialised and narrow forms, and, through the emulation's own checks, that no barrier
+// deadlocks or is misused, that no MMA's operands change while it is in flight and that no thread
+// overwrites an MMA's operands before it is ordered after the MMA's completion (with a negative
+// control of that check).
 #include "tc_emulation.h"
 // The emulation shims must come first.
 #include <gtest/gtest.h>
