@@ -4,11 +4,12 @@ dcpmla is timed by its C++ benchmark (`dcpmla_gpu_bench --serve`, a child proces
 shape a request); FlashMLA here, through torch, by the same method: per-call CUDA events, at least
 100 ms of warm-up, `reps` timed calls rotating over input sets (at least two, together at least
 4x the L2), median and min; then 10 calls captured in a CUDA graph and replayed 3 times. FlashMLA's
-timed calls queue behind untimed ones with no pause, as dcpmla's C++ calls do: the GPU stays in
-the power state of the steady run (after an idle gap it runs the next calls at a higher clock: a
-30 ms sleep kernel ahead of the timed calls made the same decode 4-11 % faster on compute-bound
-shapes). Per shape and round the two run back to back, the order flipping every round; a shape's
-figure is the median of its rounds' medians.
+timed calls queue behind >= 30 ms of replays of that graph, so that they neither wait for Python's
+launches nor follow an idle gap: dcpmla's C++ calls run straight after their warm-up, and after
+an idle gap the H200 runs the next calls at a higher clock (a 30 ms sleep kernel ahead of the
+timed calls made the same decode 4-11 % faster on compute-bound shapes). Per shape and round the
+two run back to back, the order flipping every round; a shape's figure is the median of its
+rounds' medians.
 
 Ragged mixes (the ragged_mix group of dcpmla_gpu_bench: 64 requests, Q 1..8, every request of
 length L) run FlashMLA in each correct form it has, checked against a float32 reference on
@@ -107,7 +108,12 @@ def lengths(values):
 
 def time_steps(steps, reps, warm_ms=100.0, per_graph=10, replays=3):
     """Times `reps` steps (each a list of calls) rotating over `steps`, each between its own pair
-    of events; returns median, min and p90 in us and the per-step time in graph replays."""
+    of events; returns median, min and p90 in us and the per-step time in graph replays.
+
+    The timed steps queue behind a lead of busy GPU work, replays of a CUDA graph of the same
+    steps (cheap to launch), longer than Python takes to launch the timed steps (FlashMLA's call
+    costs ~0.1 ms of CPU): they neither wait for Python nor follow an idle gap, after which the
+    GPU would run them at a higher clock than in the steady run."""
     k = 0
 
     def run():
@@ -119,19 +125,40 @@ def time_steps(steps, reps, warm_ms=100.0, per_graph=10, replays=3):
     for _ in range(5):
         run()
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    calls, t0 = 0, time.perf_counter()
     while (time.perf_counter() - t0) * 1e3 < warm_ms:
         for _ in range(5):
             run()
+        calls += 5
         torch.cuda.synchronize()
+    # A step's wall time while the GPU keeps up: at least what Python takes to launch it.
+    step_s = (time.perf_counter() - t0) / calls
+    lead_s = max(0.03, 1.5 * reps * step_s)
+    graph, graph_s = None, step_s * per_graph
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            for _ in range(per_graph):
+                run()
+        graph.replay()
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        graph.replay()
+        torch.cuda.synchronize()
+        graph_s = time.perf_counter() - t1
+    except RuntimeError as e:
+        print(f"graph capture failed: {e}", file=sys.stderr)
+        graph = None
     ev = [
         (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
         for _ in range(reps)
     ]
-    # Untimed calls queued right before the timed ones: the GPU is busy, in the steady power
-    # state, when they start, and Python launches faster than these decodes run.
-    for _ in range(5):
-        run()
+    if graph is not None:
+        for _ in range(math.ceil(lead_s / graph_s)):
+            graph.replay()
+    else:  # untimed steps: a lead only where the GPU is slower than Python's launches
+        for _ in range(math.ceil(lead_s / step_s)):
+            run()
     for a, z in ev:
         a.record()
         run()
@@ -139,13 +166,7 @@ def time_steps(steps, reps, warm_ms=100.0, per_graph=10, replays=3):
     torch.cuda.synchronize()
     ts = sorted(a.elapsed_time(z) * 1e3 for a, z in ev)
     graph_us = None
-    try:
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, capture_error_mode="thread_local"):
-            for _ in range(per_graph):
-                run()
-        g.replay()
-        torch.cuda.synchronize()
+    if graph is not None:
         rt = []
         for _ in range(replays):
             a, z = (
@@ -153,14 +174,12 @@ def time_steps(steps, reps, warm_ms=100.0, per_graph=10, replays=3):
                 torch.cuda.Event(enable_timing=True),
             )
             a.record()
-            g.replay()
+            graph.replay()
             z.record()
             z.synchronize()
             rt.append(a.elapsed_time(z) * 1e3)
         graph_us = sorted(rt)[len(rt) // 2] / per_graph
-        del g
-    except RuntimeError as e:
-        print(f"graph capture failed: {e}", file=sys.stderr)
+        del graph
     return {
         "median_us": ts[len(ts) // 2],
         "min_us": ts[0],

@@ -4,11 +4,11 @@
 schedule sized by limits, outputs passed in) and `dcpmla_gpu_bench --serve` (the library's
 `Backend::decode` from C++) are timed by one method: per-call CUDA events after at least 100 ms of
 warm-up, `reps` calls rotating over input sets (at least two, together at least 4x the L2), median
-and min; the timed torch calls queue behind untimed ones with no pause, as the C++ calls do (see
-vs_flashmla.py: an idle gap before them would let the GPU run them at a higher clock). Per shape
-and round the two run back to back, the order flipping every round; a shape's figure is the median
-of its rounds' medians. Shapes: vs_flashmla.py's (bf16 cache, block size 64, rank 0 of the DCP
-world, L the rank's local length) and its ragged 64-request mixes.
+and min; the timed torch calls queue behind >= 30 ms of busy GPU work (vs_flashmla.time_steps: an
+idle gap before them would let the GPU run them at a higher clock). Per shape and round the two run
+back to back, the order flipping every round; a shape's figure is the median of its rounds'
+medians. Shapes: vs_flashmla.py's (bf16 cache, block size 64, rank 0 of the DCP world, L the rank's
+local length) and its ragged 64-request mixes.
 
     PYTHONPATH=build-gpu/python python3 bench/python/torch_vs_cpp.py \
         --bench build-gpu/bench/gpu/dcpmla_gpu_bench --out torch_vs_cpp.json
