@@ -10,8 +10,6 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from serve_markers import cuda, torch_ops  # noqa: E402
-
 from dcpmla.serve import rank_main  # noqa: E402
 from dcpmla.serve.batch import build_step_batch  # noqa: E402
 from dcpmla.serve.cli import _parser, config_from_args, main  # noqa: E402
@@ -23,6 +21,8 @@ from dcpmla.serve.step_graphs import (  # noqa: E402
     cuda_graphs_choice,
 )
 from dcpmla.serve.warmup import capture_size_for, capture_sizes  # noqa: E402
+
+from serve_markers import cuda, torch_ops  # noqa: E402
 
 BASE = dict(num_requests=5, prompt_len=(8, 32), max_new_tokens=16, show_progress=False)
 

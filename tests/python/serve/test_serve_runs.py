@@ -13,11 +13,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from serve_markers import cuda, torch_ops  # noqa: E402
-
 from dcpmla.serve.cli import main  # noqa: E402
 from dcpmla.serve.config import ServeConfig  # noqa: E402
 from dcpmla.serve.launch import oracle_continuations, serve  # noqa: E402
+
+from serve_markers import cuda, torch_ops  # noqa: E402
 
 # Small and quick: 5 requests arriving one a step, prompts of 8..32 tokens, 16 new tokens each.
 BASE = dict(num_requests=5, prompt_len=(8, 32), max_new_tokens=16, show_progress=False)
