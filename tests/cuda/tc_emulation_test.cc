@@ -51,7 +51,7 @@ void run_rounds(const testing::ScenarioSpec& spec, const TileRun& run) {
   DecodeParams p = run.p;
   p.kv_map = kv_map_of(p);
   dcpmla_emu::run_grid(int(run.plan.work.size()), sm90::rounds::kThreads, sm90::rounds::kSmemBytes,
-                       [&] { sm90::rounds::round_decode_kernel(p); });
+                       [&] { sm90::rounds::round_decode_kernel<0>(p); });
 }
 
 // The sm90 kernel sm90_decode.cu launches for the scenario's cache.

@@ -72,10 +72,16 @@ __device__ __forceinline__ void issue_pv(float (&o)[128], const RoundSmem& sm, s
   hopper::wgmma_commit();
 }
 
+// Variant: 0 the kernel; 1 no refills after tiles 0 and 1 (diagnostic, wrong results); 2 clock
+// stamps of block 0's rounds kStampFirstRound.. printed at the end.
+template <int Variant>
 __global__ void __launch_bounds__(kThreads, 1)
     round_decode_kernel(const __grid_constant__ DecodeParams p) {
   DCPMLA_DYNAMIC_SMEM(smem_raw);
-  const RoundSmem sm(aligned_smem(smem_raw));
+  unsigned char* smem_base = aligned_smem(smem_raw);
+  const RoundSmem sm(smem_base);
+  std::uint32_t* stamps = reinterpret_cast<std::uint32_t*>(smem_base + kOffStamps);
+  constexpr bool refills = Variant != 1;
 
   // Launched for the plan buffer's capacity under a CUDA graph: blocks past the plan exit.
   if (p.header != nullptr && std::int64_t(blockIdx.x) >= p.header->num_items) return;
@@ -113,15 +119,25 @@ __global__ void __launch_bounds__(kThreads, 1)
   float s[32];
   // S of the warpgroup's tile of round 0 (S of later rounds is issued at the end of the round
   // before, each warpgroup its own).
+  int round = 0;
+  auto stamp_at = [&](int k) {
+    if (Variant == 2 && blockIdx.x == 0 && wt == 0 && round >= kStampFirstRound &&
+        round < kStampFirstRound + kStampRounds) {
+      stamps[(round - kStampFirstRound) * 24 + 12 * wg + k] = std::uint32_t(clock());
+    }
+  };
   auto scores = [&](int index) {
     if (partial_tile(tile, index)) zero_tail(sm, tile, index, wt, wg);
-    issue_scores(sm, index, rope, s);
+    issue_scores(sm, index, rope, s, refills);
+    stamp_at(10);
     hopper::wgmma_wait<0>();
     hopper::pin_registers(s);
+    stamp_at(11);
   };
   if (wg < n) scores(wg);
 
   for (int a = 0; a < n; a += 2) {
+    round = a / 2;
     const int b = a + 1;
     const bool has_b = b < n;
     const bool next_a = a + 2 < n, next_b = b + 2 < n;
@@ -133,6 +149,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (wg == 0) {
       // ---- C0: tile A, then O_L through tile B ----------------------------------------------
+      stamp_at(0);
       float f_a[2];
       std::uint32_t packed[8][2];
       tile_softmax(s, t0_of(a), lim, quad, scale_log2, st, f_a, packed);
@@ -140,29 +157,40 @@ __global__ void __launch_bounds__(kThreads, 1)
       publish_rows(sm, rows, quad, st);
       hopper::fence_proxy_async_shared();
       named_barrier_arrive(kAReady, kThreads);
+      stamp_at(1);
       rescale_o(o, f_a);
       issue_pv(o, sm, sm.p0, a, 0);
+      stamp_at(2);
       hopper::wgmma_wait<0>();
       hopper::pin_registers(o);
-      if (wt == 0 && next_a) load_chunks<0, 1, 2, 3, 8>(p, sm, a + 2, row_a);
+      stamp_at(3);
+      if (refills && wt == 0 && next_a) load_chunks<0, 1, 2, 3, 8>(p, sm, a + 2, row_a);
+      stamp_at(4);
       if (has_b) {
         named_barrier_sync(kBReady, kThreads);
+        stamp_at(5);
         const float m_a[2] = {st.m[0], st.m[1]};
         read_rows(sm, rows, quad, st);
         const float f_b[2] = {factor_between(m_a[0], st.m[0]), factor_between(m_a[1], st.m[1])};
         rescale_o(o, f_b);
         named_barrier_sync(kArIssued, kThreads);
+        stamp_at(6);
         issue_pv(o, sm, sm.p1, b, 0);
         named_barrier_arrive(kBlIssued, kThreads);
+        stamp_at(7);
         hopper::wgmma_wait<0>();
         hopper::pin_registers(o);
-        if (wt == 0 && next_b) load_chunks<0, 1, 2, 3>(p, sm, b + 2, row_b);
+        stamp_at(8);
+        if (refills && wt == 0 && next_b) load_chunks<0, 1, 2, 3>(p, sm, b + 2, row_b);
+        stamp_at(9);
       }
       if (next_a) scores(a + 2);
     } else {
       // ---- C1: tile B, and O_R through tiles A and B ----------------------------------------
-      if (wt == 0 && next_b) load_chunks<8>(p, sm, b + 2, row_b);
+      if (refills && wt == 0 && next_b) load_chunks<8>(p, sm, b + 2, row_b);
+      stamp_at(0);
       named_barrier_sync(kAReady, kThreads);
+      stamp_at(1);
       const float m_before_a[2] = {st.m[0], st.m[1]};
       read_rows(sm, rows, quad, st);
       const float f_a[2] = {factor_between(m_before_a[0], st.m[0]),
@@ -176,24 +204,43 @@ __global__ void __launch_bounds__(kThreads, 1)
         hopper::fence_proxy_async_shared();
         named_barrier_arrive(kBReady, kThreads);
       }
+      stamp_at(2);
       rescale_o(o, f_a);
       issue_pv(o, sm, sm.p0, a, 1);
       if (has_b) named_barrier_arrive(kArIssued, kThreads);
+      stamp_at(3);
       hopper::wgmma_wait<0>();
       hopper::pin_registers(o);
-      if (wt == 0 && next_a) load_chunks<4, 5, 6, 7>(p, sm, a + 2, row_a);
+      stamp_at(4);
+      if (refills && wt == 0 && next_a) load_chunks<4, 5, 6, 7>(p, sm, a + 2, row_a);
+      stamp_at(5);
       if (has_b) {
         rescale_o(o, f_b);
         named_barrier_sync(kBlIssued, kThreads);
+        stamp_at(6);
         issue_pv(o, sm, sm.p1, b, 1);
+        stamp_at(7);
         hopper::wgmma_wait<0>();
         hopper::pin_registers(o);
-        if (wt == 0 && next_b) load_chunks<4, 5, 6, 7>(p, sm, b + 2, row_b);
+        stamp_at(8);
+        if (refills && wt == 0 && next_b) load_chunks<4, 5, 6, 7>(p, sm, b + 2, row_b);
+        stamp_at(9);
         if (next_b) scores(b + 2);
       }
     }
   }
   __syncthreads();  // the last tile's m and l are in shared memory
+#if !defined(DCPMLA_EMULATE)
+  if (Variant == 2 && blockIdx.x == 0 && tid == 0 && n >= 2 * (kStampFirstRound + kStampRounds)) {
+    for (int r = 0; r < kStampRounds; ++r) {
+      const std::uint32_t* t = stamps + r * 24;
+      printf("stamps round %d C0 %u %u %u %u %u %u %u %u %u %u %u %u C1 %u %u %u %u %u %u %u %u %u %u %u %u\n",
+             kStampFirstRound + r, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9],
+             t[10], t[11], t[12], t[13], t[14], t[15], t[16], t[17], t[18], t[19], t[20], t[21],
+             t[22], t[23]);
+    }
+  }
+#endif
 
   const bool partial = tile.partial_row >= 0;
   const bool packed = !partial && p.final_rows.group_heads != 0;

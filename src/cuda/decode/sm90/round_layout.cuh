@@ -28,7 +28,10 @@ constexpr std::uint32_t kOffM = kOffP0 + kPairs * 128u;    // float [64]: m afte
 constexpr std::uint32_t kOffL = kOffM + kPairs * 4u;       // float [64][4]: l shares (quads)
 constexpr std::uint32_t kOffFull = kOffL + kPairs * 16u;   // uint64 [2 stages][9 chunks]
 constexpr std::uint32_t kUsedBytes = kOffFull + 2u * kChunks * 8u;
-constexpr std::uint32_t kSmemBytes = kUsedBytes + 1024;  // aligned up to 1024 inside
+// Diagnostic stamps (Variant 2): uint32 [kStampRounds][2 warpgroups][12].
+constexpr int kStampRounds = 5, kStampFirstRound = 8;
+constexpr std::uint32_t kOffStamps = kUsedBytes;
+constexpr std::uint32_t kSmemBytes = kUsedBytes + kStampRounds * 24 * 4 + 1024;  // aligned up to 1024 inside
 static_assert(kSmemBytes <= 227u * 1024u, "sm_90 allows 227 KiB of shared memory per block");
 static_assert(kChunks == 9, "8 latent chunks and the rope chunk");
 

@@ -33,9 +33,10 @@ __device__ __forceinline__ void load_rope_fragment(const RoundSmem& sm, int warp
 
 // Issues S of tile `index` into s (one commit group); the caller waits for it.
 __device__ __forceinline__ void issue_scores(const RoundSmem& sm, int index,
-                                             const RopeFragment& rope, float (&s)[32]) {
+                                             const RopeFragment& rope, float (&s)[32],
+                                             bool refills = true) {
   const int stage = index & 1;
-  const std::uint32_t parity = std::uint32_t(index >> 1) & 1u;
+  const std::uint32_t parity = refills ? std::uint32_t(index >> 1) & 1u : 0u;
   const std::uint64_t desc_q = hopper::smem_descriptor(sm.q, 16, 1024);
   const std::uint64_t desc_k = hopper::smem_descriptor(sm.stage(index), 16, 1024);
   auto off = [](int ks) { return std::uint32_t(((ks >> 2) * kChunkBytes + (ks & 3) * 32) >> 4); };

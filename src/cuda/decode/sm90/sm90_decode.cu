@@ -3,6 +3,9 @@
 // 64).
 #include <cudaTypedefs.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "cuda/decode/launch_plan.h"
 #include "cuda/decode/sm90/kernel.cuh"
 #include "cuda/decode/sm90/round_kernel.cuh"
@@ -54,9 +57,18 @@ void launch_sm90_decode(const DecodeParams& params, DecodeKernel kernel, std::in
   const unsigned blocks = unsigned(num_tiles);
   if (kernel == DecodeKernel::sm90_bf16_rounds) {
     encode_kv_map(p, kv_shared);
-    gpu::launch_with_shared_memory<sm90::rounds::round_decode_kernel>(
-        blocks, sm90::rounds::kThreads, sm90::rounds::kSmemBytes, p, s,
-        "round_decode_kernel<<<>>>");
+    const char* v = std::getenv("DCPMLA_ROUND_VARIANT");
+    const int variant = v == nullptr ? 0 : std::atoi(v);
+    if (variant == 1) {
+      gpu::launch_with_shared_memory<sm90::rounds::round_decode_kernel<1>>(
+          blocks, sm90::rounds::kThreads, sm90::rounds::kSmemBytes, p, s, "round_decode_kernel<<<>>>");
+    } else if (variant == 2) {
+      gpu::launch_with_shared_memory<sm90::rounds::round_decode_kernel<2>>(
+          blocks, sm90::rounds::kThreads, sm90::rounds::kSmemBytes, p, s, "round_decode_kernel<<<>>>");
+    } else {
+      gpu::launch_with_shared_memory<sm90::rounds::round_decode_kernel<0>>(
+          blocks, sm90::rounds::kThreads, sm90::rounds::kSmemBytes, p, s, "round_decode_kernel<<<>>>");
+    }
   } else if (kernel == DecodeKernel::sm90_bf16_bulk) {
     encode_kv_map(p, kv_shared);
     gpu::launch_with_shared_memory<sm90::decode_kernel<sm90::Cache::bf16, true>>(
