@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from numpy_reference import attend
+
 HEAD_DIM = 576
 DTYPES = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "fp8": ml_dtypes.float8_e4m3fn}
 SOFTMAX_SCALE = 0.1352338  # DeepSeek-V3: 192^-0.5 * mscale^2
@@ -135,3 +137,19 @@ def engine_scenario(rng, shape, **kwargs):
 def tolerances(out_dtype):
     """(out, lse) absolute tolerances: the output rounded to bf16 on top of fp32 accumulation."""
     return (2e-2 if np.dtype(out_dtype) == np.dtype(ml_dtypes.bfloat16) else 1e-4), 2e-4
+
+
+def reference(sc, rank=None):
+    """The float64 reference of a scenario (rank r's partial when rank is given)."""
+    return attend(
+        sc.q64,
+        sc.keys,
+        sc.query_start_loc,
+        sc.seq_lens,
+        SOFTMAX_SCALE,
+        num_tokens=sc.num_tokens,
+        masks=sc.masks,
+        rank=rank,
+        world=sc.world,
+        interleave=sc.interleave,
+    )

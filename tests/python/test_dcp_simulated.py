@@ -8,7 +8,7 @@ import dcpmla
 
 from checks import assert_matches
 from numpy_reference import attend
-from scenarios import SOFTMAX_SCALE, engine_shapes, make_scenario, seed_of
+from scenarios import SOFTMAX_SCALE, engine_shapes, make_scenario, reference, seed_of
 
 SHORT = ([3, 1, 2], [3, 2, 6])  # rows that see no key on some ranks (T < W + Q)
 
@@ -59,14 +59,7 @@ def test_step_matches_reference(
     assert_matches(
         out,
         lse,
-        *attend(
-            sc.q64,
-            sc.keys,
-            sc.query_start_loc,
-            sc.seq_lens,
-            SOFTMAX_SCALE,
-            num_tokens=sc.num_tokens,
-        ),
+        *reference(sc),
     )
 
 

@@ -8,7 +8,14 @@ import dcpmla
 
 from checks import assert_matches
 from numpy_reference import attend, merge
-from scenarios import SOFTMAX_SCALE, engine_scenario, engine_shapes, make_scenario, seed_of
+from scenarios import (
+    SOFTMAX_SCALE,
+    engine_scenario,
+    engine_shapes,
+    make_scenario,
+    reference,
+    seed_of,
+)
 
 # Every engine shape, block size 16 / 32 / 64, H = 128 / TP for TP = 1, 4, 8, 16 and every dtype,
 # each value in a few cases rather than all combinations (seconds in all).
@@ -44,14 +51,7 @@ def test_single_rank_matches_reference(shape, block_size, heads, q_dtype, kv_dty
     assert_matches(
         out,
         lse,
-        *attend(
-            sc.q64,
-            sc.keys,
-            sc.query_start_loc,
-            sc.seq_lens,
-            SOFTMAX_SCALE,
-            num_tokens=sc.num_tokens,
-        ),
+        *reference(sc),
     )
 
 
@@ -100,22 +100,10 @@ def test_rank_partials_match_reference_and_merge_to_whole(
             dcp_interleave=interleave,
             k_scale=sc.k_scale,
         )
-        want = attend(
-            sc.q64,
-            sc.keys,
-            sc.query_start_loc,
-            sc.seq_lens,
-            SOFTMAX_SCALE,
-            num_tokens=sc.num_tokens,
-            rank=rank,
-            world=world,
-            interleave=interleave,
-        )
+        want = reference(sc, rank)
         assert_matches(out, lse, *want)
         partials.append((out.astype(np.float64), lse.astype(np.float64)))
-    whole = attend(
-        sc.q64, sc.keys, sc.query_start_loc, sc.seq_lens, SOFTMAX_SCALE, num_tokens=sc.num_tokens
-    )
+    whole = reference(sc)
     merged_out, merged_lse = merge(partials)
     real = sc.query_start_loc[-1]
     assert np.abs(merged_lse[:real] - whole[1][:real]).max() <= 2e-4

@@ -11,8 +11,8 @@ import dcpmla
 from dcpmla.attention_ops import merge_states_, write_kv_
 
 from checks import assert_matches
-from scenarios import SOFTMAX_SCALE, engine_scenario, make_scenario, seed_of
-from torch_scenarios import padded_batch, reference, to_numpy, to_torch, wrapper_for
+from scenarios import SOFTMAX_SCALE, engine_scenario, make_scenario, reference, seed_of
+from torch_scenarios import padded_batch, to_numpy, to_torch, wrapper_for
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available()

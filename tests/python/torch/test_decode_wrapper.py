@@ -10,8 +10,8 @@ import dcpmla
 
 from checks import assert_matches
 from numpy_reference import merge
-from scenarios import SOFTMAX_SCALE, engine_scenario, make_scenario, seed_of
-from torch_scenarios import padded_batch, reference, to_numpy, to_torch, workspace, wrapper_for
+from scenarios import SOFTMAX_SCALE, engine_scenario, make_scenario, reference, seed_of
+from torch_scenarios import padded_batch, to_numpy, to_torch, workspace, wrapper_for
 
 # Every engine shape, block size 16 / 32 / 64, H = 128 / TP for TP = 1, 4, 8, 16 and every dtype,
 # each value in a few cases rather than all combinations.

@@ -6,8 +6,7 @@ import torch
 
 import dcpmla
 
-from numpy_reference import attend
-from scenarios import DTYPES, SOFTMAX_SCALE, make_scenario
+from scenarios import DTYPES, make_scenario
 
 TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
 
@@ -90,19 +89,3 @@ def padded_batch(
     table[: len(q_lens), : sc.block_table.shape[1]] = sc.block_table
     sc.block_table = table
     return sc
-
-
-def reference(sc, rank=None):
-    """The float64 reference of a scenario (rank r's partial when rank is given)."""
-    return attend(
-        sc.q64,
-        sc.keys,
-        sc.query_start_loc,
-        sc.seq_lens,
-        SOFTMAX_SCALE,
-        num_tokens=sc.num_tokens,
-        masks=sc.masks,
-        rank=rank,
-        world=sc.world,
-        interleave=sc.interleave,
-    )
