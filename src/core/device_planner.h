@@ -3,14 +3,24 @@
 // CPU backend runs them one index after another (cpu/device_planner_emulation.cc), so CI checks
 // the same steps against make_plan. Every rule comes from plan_rules.h, as in make_plan.
 //
+// On the GPU each step ends at a block-wide barrier and the planner's time is the chain of its
+// steps, so the steps are few: one pass over the requests folds the faults, the longest KV and
+// the unsplit work; every split count is costed in one segmented sum; one scan gives the splits,
+// partial rows, merge rows and work items of every request.
+//
 // Executor interface (all of a step's threads call each function; each returns after a barrier):
-//   parallel(n, f)           f(i) for every i in [0, n), in any order
-//   serial(f)                f() once
-//   sum(n, f) / max(n, f)    int64 reductions of f(i), the result known to every thread
-//   min_u64(n, f)            uint64 minimum of f(i)
-//   segmented_sum(m, n, f, out)  out[k] = sum over i < n of f(k, i), for k < m (two int64s)
-//   exclusive_scan(n, f, out)    out[i] = sum over j < i of f(j); returns the total
-//   sort(keys, n)            ascending
+//   threads()                  how many threads run a step (1 on the CPU)
+//   parallel(n, f)             f(i) for every i in [0, n), in any order
+//   serial(f)                  f() once
+//   reduce<R>(n, f)            R::combine over f(i) (R() for n = 0), known to every thread
+//   sum(n, f) / max(n, f)      int64 reductions of f(i), the result known to every thread
+//   min_u64(n, f)              uint64 minimum of f(i)
+//   segmented_sum(m, n, active, f, out)  out[2k, 2k + 1] = sums over i < n of f(k, i) (two
+//                              int64s), for the k < m where active(k); others untouched
+//   exclusive_scans<K>(n, f, out)  out.out[j][i] = sum over i' < i of f(i').v[j] (out.out[j]
+//                              may be null); returns the totals
+//   exclusive_scan(n, f, out)  the same for one value
+//   sort(keys, n)              ascending
 #pragma once
 
 #include <cstdint>
@@ -38,9 +48,11 @@ struct DeviceBatchArgs {
 struct Scratch {
   std::int32_t* q;               // [requests]
   std::int32_t* local;           // [requests] local KV tokens
+  std::int32_t* start;           // [requests] query_start_loc, read once from the batch
+  std::int32_t* total;           // [requests] seq_lens (global T)
   std::int64_t* kv_blocks;       // [requests]
   std::int64_t* tiles;           // [requests] work items a split of the request needs
-  std::int64_t* chunk;           // [requests] chunk in blocks
+  std::int64_t* chunk;           // [requests] chunk in blocks (the last-wave cut only)
   std::int64_t* split_first;     // [requests] first split index
   std::int64_t* partial_first;   // [requests]
   std::int64_t* merge_first;     // [requests]
@@ -48,13 +60,12 @@ struct Scratch {
   std::uint64_t* keys;           // [sort_capacity]
   std::int64_t* item_first;      // [work_items] first work item of each split, launch order
   std::int32_t* split_request;   // [work_items] the request of each split (request order)
-  std::uint64_t* costs;          // [max_candidates] chunk_cost, ~0 where over the limits
-  std::int64_t* candidates;      // [max_candidates + 1]: chunks, then the choice
-  std::int64_t* candidate_sums;  // [2 * max_candidates]: work items, split pairs
+  std::int64_t* candidate_sums;  // [2 * max_candidates]: work items, split pairs a split count
+  std::uint64_t* costs;          // [max_candidates]: each split count's chunk_cost (~0: none)
   std::int64_t max_candidates;
 };
-// Candidate chunks at most: one per split count 1 .. 2 x workers. The schedule's scratch has room
-// for kMaxWorkers; the GPU's copy in shared memory for the config's workers.
+// Split counts evaluated at most: 1 .. 2 x workers. The schedule's scratch has room for
+// kMaxWorkers; the GPU's copy in shared memory for the config's workers.
 inline constexpr std::int64_t kMaxWorkers = 1024;
 inline constexpr std::int64_t kMaxCandidates = 2 * kMaxWorkers;
 // Split keys sorted at once (in shared memory on the GPU): bounds the work items of a schedule
@@ -74,10 +85,10 @@ DCPMLA_HD std::int64_t sort_capacity(std::int64_t requests, std::int64_t work_it
 DCPMLA_HD std::size_t scratch_bytes(std::int64_t requests, std::int64_t work_items,
                                     std::int64_t max_candidates = kMaxCandidates) {
   const std::size_t r = std::size_t(requests), m = std::size_t(max_candidates);
-  return align16(r * 4) * 2 + align16(r * 8) * 7 +
+  return align16(r * 4) * 4 + align16(r * 8) * 7 +
          align16(std::size_t(sort_capacity(requests, work_items)) * 8) +
          align16(std::size_t(work_items) * 8) + align16(std::size_t(work_items) * 4) +
-         align16(m * 8) + align16((m + 1) * 8) + align16(2 * m * 8);
+         align16(2 * m * 8) + align16(m * 8);
 }
 DCPMLA_HD Scratch scratch_view(std::byte* p, std::int64_t requests, std::int64_t work_items,
                                std::int64_t max_candidates = kMaxCandidates) {
@@ -91,6 +102,8 @@ DCPMLA_HD Scratch scratch_view(std::byte* p, std::int64_t requests, std::int64_t
   };
   s.q = reinterpret_cast<std::int32_t*>(take(r * 4));
   s.local = reinterpret_cast<std::int32_t*>(take(r * 4));
+  s.start = reinterpret_cast<std::int32_t*>(take(r * 4));
+  s.total = reinterpret_cast<std::int32_t*>(take(r * 4));
   s.kv_blocks = reinterpret_cast<std::int64_t*>(take(r * 8));
   s.tiles = reinterpret_cast<std::int64_t*>(take(r * 8));
   s.chunk = reinterpret_cast<std::int64_t*>(take(r * 8));
@@ -102,9 +115,8 @@ DCPMLA_HD Scratch scratch_view(std::byte* p, std::int64_t requests, std::int64_t
       reinterpret_cast<std::uint64_t*>(take(std::size_t(sort_capacity(requests, work_items)) * 8));
   s.item_first = reinterpret_cast<std::int64_t*>(take(std::size_t(work_items) * 8));
   s.split_request = reinterpret_cast<std::int32_t*>(take(std::size_t(work_items) * 4));
-  s.costs = reinterpret_cast<std::uint64_t*>(take(m * 8));
-  s.candidates = reinterpret_cast<std::int64_t*>(take((m + 1) * 8));
   s.candidate_sums = reinterpret_cast<std::int64_t*>(take(2 * m * 8));
+  s.costs = reinterpret_cast<std::uint64_t*>(take(m * 8));
   return s;
 }
 
@@ -161,13 +173,55 @@ DCPMLA_HD void poison(Exec& ex, const DeviceBatchArgs& a, const ScheduleView& v,
   });
 }
 
-// The last-wave cut (split_policy.cc's tail_cut, step by step). Writes s.chunk of the cut
-// requests; the others keep the unsplit chunk.
+// K int64 sums carried through a scan.
+// Folded values expose their 64-bit words (kWords, word, set_word) so that the GPU shuffles them
+// word by word in registers.
+template <int K>
+struct Sums {
+  static constexpr int kWords = K;
+  std::int64_t v[K];
+  DCPMLA_HD static Sums combine(const Sums& a, const Sums& b) {
+    Sums c;
+    for (int j = 0; j < K; ++j) c.v[j] = a.v[j] + b.v[j];
+    return c;
+  }
+  DCPMLA_HD std::int64_t word(int j) const { return v[j]; }
+  DCPMLA_HD void set_word(int j, std::int64_t x) { v[j] = x; }
+};
+// Where exclusive_scans writes each of its K sums (null: nowhere).
+template <int K>
+struct ScanOutputs {
+  std::int64_t* out[K];
+};
+
+// What the request step folds: the first fault, the longest local KV in blocks, the work items
+// of the batch unsplit.
+struct RequestFold {
+  static constexpr int kWords = 3;
+  std::uint64_t fault = kNoFault;
+  std::int64_t longest = 0;
+  std::int64_t tiles = 0;
+  DCPMLA_HD static RequestFold combine(const RequestFold& a, const RequestFold& b) {
+    return {a.fault < b.fault ? a.fault : b.fault, a.longest > b.longest ? a.longest : b.longest,
+            a.tiles + b.tiles};
+  }
+  DCPMLA_HD std::int64_t word(int j) const {
+    return j == 0 ? std::int64_t(fault) : j == 1 ? longest : tiles;
+  }
+  DCPMLA_HD void set_word(int j, std::int64_t x) {
+    if (j == 0) fault = std::uint64_t(x);
+    if (j == 1) longest = x;
+    if (j == 2) tiles = x;
+  }
+};
+
+// The last-wave cut (split_policy.cc's tail_cut, step by step). Where it cuts, writes every
+// request's chunk to s.chunk (the cut ones' and `chunk` for the others) and returns true.
 template <class Exec>
-DCPMLA_HD void tail_cut(Exec& ex, const DeviceBatchArgs& a, const Scratch& s, std::int64_t total,
-                        std::int64_t min_chunk) {
+DCPMLA_HD bool tail_cut(Exec& ex, const DeviceBatchArgs& a, const Scratch& s, std::int64_t total,
+                        std::int64_t chunk, std::int64_t min_chunk) {
   const std::int64_t B = a.num_requests, S = a.workers;
-  if (total <= S || total > rules::kMaxTailWaves * S) return;
+  if (total <= S || total > rules::kMaxTailWaves * S) return false;
   ex.parallel(B, [&](std::int64_t b) { s.keys[b] = rules::order_key(s.kv_blocks[b], b); });
   ex.sort(s.keys, B);
   auto request = [&](std::int64_t k) { return std::int64_t(s.keys[k] & 0xffffffffu); };
@@ -178,30 +232,35 @@ DCPMLA_HD void tail_cut(Exec& ex, const DeviceBatchArgs& a, const Scratch& s, st
   // The sorted request holding work item x (positions ascend).
   auto holder = [&](std::int64_t x) { return last_at_most(s.position, B, x); };
   auto walk = [&](std::int64_t b) { return s.kv_blocks[b] * a.block_size + rules::kFixedTokens; };
-  const std::int64_t estimate =
-      ex.sum(waves, [&](std::int64_t w) { return walk(request(holder(w * S))); });
   // The first tail request holds the tail's first item, or is the one after a request ending at it.
   const std::int64_t first_tail = holder(tail_start);
   const std::int64_t parts = rules::min64(rules::kMaxTailParts, S / (total - tail_start));
-  if (parts < 2) return;
+  if (parts < 2) return false;
   auto cut_chunk = [&](std::int64_t b) {
     return rules::max64(min_chunk, rules::ceil_div(s.kv_blocks[b], parts));
   };
   auto cut_splits = [&](std::int64_t i) {
     const std::int64_t b = request(first_tail + i);
-    const std::int64_t chunk = cut_chunk(b);
-    return s.kv_blocks[b] <= chunk ? std::int64_t(1) : rules::ceil_div(s.kv_blocks[b], chunk);
+    const std::int64_t c = cut_chunk(b);
+    return s.kv_blocks[b] <= c ? std::int64_t(1) : rules::ceil_div(s.kv_blocks[b], c);
   };
-  const std::int64_t split_pairs = ex.sum(B - first_tail, [&](std::int64_t i) {
-    const std::int64_t n = cut_splits(i);
-    return n > 1 ? n * s.q[request(first_tail + i)] * a.num_heads : std::int64_t(0);
-  });
-  const std::int64_t items = total + ex.sum(B - first_tail, [&](std::int64_t i) {
-    return (cut_splits(i) - 1) * s.tiles[request(first_tail + i)];
-  });
+  // The estimate before the cut, the cut's split pairs and its extra work items, in one fold.
+  const auto terms =
+      ex.template reduce<Sums<3>>(rules::max64(waves, B - first_tail), [&](std::int64_t i) {
+        Sums<3> t{{0, 0, 0}};
+        if (i < waves) t.v[0] = walk(request(holder(i * S)));
+        if (i < B - first_tail) {
+          const std::int64_t n = cut_splits(i);
+          const std::int64_t b = request(first_tail + i);
+          t.v[1] = n > 1 ? n * s.q[b] * a.num_heads : 0;
+          t.v[2] = (n - 1) * s.tiles[b];
+        }
+        return t;
+      });
+  const std::int64_t estimate = terms.v[0], split_pairs = terms.v[1], items = total + terms.v[2];
   if (!rules::within_limits(items, split_pairs, a.num_heads, a.max_work_items,
                             a.max_partial_rows)) {
-    return;
+    return false;
   }
   const std::int64_t split_milli = split_pairs * rules::kSplitPairMilli;
   const std::int64_t longest_tail = request(first_tail);
@@ -211,112 +270,123 @@ DCPMLA_HD void tail_cut(Exec& ex, const DeviceBatchArgs& a, const Scratch& s, st
   const auto after = (unsigned __int128)(estimate - walk(longest_tail) + cut_walk) * rules::kMilli +
                      std::uint64_t(split_milli);
   const auto before = (unsigned __int128)(estimate)*rules::kMilli;
-  if (after * 100 > before * rules::kTailGainPercent) return;
-  ex.parallel(B - first_tail, [&](std::int64_t i) {
-    const std::int64_t b = request(first_tail + i);
-    s.chunk[b] = cut_chunk(b);
+  if (after * 100 > before * rules::kTailGainPercent) return false;
+  ex.parallel(B, [&](std::int64_t i) {
+    const std::int64_t b = request(i);
+    s.chunk[b] = i >= first_tail ? cut_chunk(b) : chunk;
   });
+  return true;
 }
 
 template <class Exec>
 DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView& v,
                           const Scratch& s) {
   const std::int64_t B = a.num_requests, N = a.num_tokens, H = a.num_heads;
-  const std::uint64_t fault = ex.min_u64(B, [&](std::int64_t b) { return request_fault(a, b); });
-  if (fault != kNoFault) return poison(ex, a, v, fault);
   if (B == 0 && a.query_start_loc[0] != 0) {
     return poison(ex, a, v, fault_word(0, ScheduleFault::first_start_not_zero));
   }
+  // Meaningful only for a batch without faults (then 0 < real_rows <= N).
   const std::int64_t real_rows = a.query_start_loc[B];
+  const std::int64_t padding = real_rows >= 0 && real_rows <= N ? N - real_rows : std::int64_t(0);
 
-  ex.parallel(B, [&](std::int64_t b) {
-    const std::int64_t start = a.query_start_loc[b];
-    const std::int64_t Q = a.query_start_loc[b + 1] - start, T = a.seq_lens[b];
-    const std::int64_t local = rules::local_len(T, a.world, a.rank, a.interleave);
-    s.q[b] = std::int32_t(Q);
-    s.local[b] = std::int32_t(local);
-    s.kv_blocks[b] = rules::ceil_div(local, a.block_size);
-    s.tiles[b] = rules::tiles_per_split(Q, a.num_heads, a.tile_pairs);
-    for (std::int64_t j = 0; j < Q; ++j) {
-      v.row_bound[start + j] =
-          std::int32_t(rules::row_local_bound(T, Q, j, false, a.world, a.rank, a.interleave));
-    }
-  });
-  ex.parallel(N - real_rows, [&](std::int64_t i) { v.row_bound[real_rows + i] = 0; });
+  // Every request at once: its fault, its scratch and its rows' local bounds (written only where
+  // its own rows lie inside the batch's rows, so a faulting batch writes nothing out of bounds),
+  // and the padding rows' bounds.
+  const RequestFold fold =
+      ex.template reduce<RequestFold>(rules::max64(B, padding), [&](std::int64_t i) {
+        if (i < padding) v.row_bound[real_rows + i] = 0;
+        RequestFold r;
+        if (i >= B) return r;
+        const std::int64_t b = i;
+        r.fault = request_fault(a, b);
+        if (r.fault != kNoFault) return r;
+        const std::int64_t start = a.query_start_loc[b];
+        const std::int64_t Q = a.query_start_loc[b + 1] - start, T = a.seq_lens[b];
+        const std::int64_t local = rules::local_len(T, a.world, a.rank, a.interleave);
+        s.q[b] = std::int32_t(Q);
+        s.local[b] = std::int32_t(local);
+        s.start[b] = std::int32_t(start);
+        s.total[b] = std::int32_t(T);
+        s.kv_blocks[b] = rules::ceil_div(local, a.block_size);
+        s.tiles[b] = rules::tiles_per_split(Q, a.num_heads, a.tile_pairs);
+        if (start >= 0 && start + Q <= N) {
+          for (std::int64_t j = 0; j < Q; ++j) {
+            v.row_bound[start + j] =
+                std::int32_t(rules::row_local_bound(T, Q, j, false, a.world, a.rank, a.interleave));
+          }
+        }
+        r.longest = s.kv_blocks[b];
+        r.tiles = s.tiles[b];
+        return r;
+      });
+  if (fold.fault != kNoFault) return poison(ex, a, v, fold.fault);
 
   // The chunk of every request (split_policy.cc's choose_chunks).
-  const std::int64_t longest =
-      rules::max64(1, ex.max(B, [&](std::int64_t b) { return s.kv_blocks[b]; }));
+  const std::int64_t longest = rules::max64(1, fold.longest);
   const std::int64_t min_chunk = rules::ceil_div(a.min_split_tokens, a.block_size);
   std::int64_t chunk = a.kv_chunk_blocks > 0 ? a.kv_chunk_blocks : longest;
   const bool choose = a.kv_chunk_blocks == 0 && a.workers > 0 && B > 0 && longest > min_chunk;
+  bool cut = false;
   if (choose) {
-    // Candidates in order (k = 0 unsplit), then their costs, then the first within 2 % of the best.
     // next_candidate's sequence is the distinct values of split_chunk(n) for split counts n = 1 ..
     // 2 x workers (non-increasing, split_chunk(1) = longest): n gives a candidate where its chunk
-    // is below n - 1's, and its index is the count of those before it (a scan).
+    // is below n - 1's. Every split count k + 1 that gives one is costed (one segmented sum), then
+    // the best cost is found and the first candidate within 2 % of it (two folds), in candidate
+    // order, which is the order of k.
     auto split_chunk = [&](std::int64_t n) {
       return rules::max64(min_chunk, rules::ceil_div(longest, n));
     };
-    auto starts_candidate = [&](std::int64_t i) {
-      return i == 0 || split_chunk(i + 1) < split_chunk(i) ? std::int64_t(1) : std::int64_t(0);
+    auto starts_candidate = [&](std::int64_t k) {
+      return k == 0 || split_chunk(k + 1) < split_chunk(k);
     };
     const std::int64_t counts = 2 * std::int64_t(a.workers);
-    const std::int64_t count = ex.exclusive_scan(counts, starts_candidate, s.candidate_sums);
-    ex.parallel(counts, [&](std::int64_t i) {
-      if (starts_candidate(i)) s.candidates[s.candidate_sums[i]] = split_chunk(i + 1);
-    });
     ex.segmented_sum(
-        count, B,
+        counts, B, starts_candidate,
         [&](std::int64_t k, std::int64_t b) {
           const auto t =
-              rules::split_terms(s.kv_blocks[b], s.candidates[k], s.tiles[b], s.q[b], a.num_heads);
+              rules::split_terms(s.kv_blocks[b], split_chunk(k + 1), s.tiles[b], s.q[b], H);
           return rules::SplitTerms{t.work_items, t.split_pairs};
         },
         s.candidate_sums);
-    // Each candidate's cost (~0 where it breaks the limits; the unsplit one always counts, as in
-    // split_policy.cc), the best, then the first within 2 % of it: all in parallel.
+    // ~0 where k gives no candidate or breaks the limits (the unsplit one always counts, as in
+    // split_policy.cc).
     constexpr std::uint64_t kOut = ~std::uint64_t(0);
-    ex.parallel(count, [&](std::int64_t k) {
+    auto cost = [&](std::int64_t k) {
+      if (!starts_candidate(k)) return kOut;
       const std::int64_t items = s.candidate_sums[2 * k], pairs = s.candidate_sums[2 * k + 1];
       const bool feasible = k == 0 || rules::within_limits(items, pairs, a.num_heads,
                                                            a.max_work_items, a.max_partial_rows);
-      s.costs[k] = feasible ? rules::chunk_cost(s.candidates[k], longest, a.block_size, items,
-                                                pairs, a.workers)
-                            : kOut;
+      return feasible ? rules::chunk_cost(split_chunk(k + 1), longest, a.block_size, items, pairs,
+                                          a.workers)
+                      : kOut;
+    };
+    const std::uint64_t best = ex.min_u64(counts, [&](std::int64_t k) {
+      s.costs[k] = cost(k);
+      return s.costs[k];
     });
-    const std::uint64_t best = ex.min_u64(count, [&](std::int64_t k) { return s.costs[k]; });
-    const std::uint64_t first = ex.min_u64(count, [&](std::int64_t k) {
-      return s.costs[k] != kOut && s.costs[k] * 100 <= best * rules::kTolerancePercent
-                 ? std::uint64_t(k)
-                 : kOut;
+    const std::uint64_t first = ex.min_u64(counts, [&](std::int64_t k) {
+      const std::uint64_t c = s.costs[k];
+      return c != kOut && c * 100 <= best * rules::kTolerancePercent ? std::uint64_t(k) : kOut;
     });
-    ex.serial([&] { s.candidates[s.max_candidates] = s.candidates[first]; });
-    chunk = s.candidates[s.max_candidates];
+    chunk = split_chunk(std::int64_t(first) + 1);
+    if (chunk >= longest) cut = tail_cut(ex, a, s, fold.tiles, chunk, min_chunk);
   }
-  ex.parallel(B, [&](std::int64_t b) { s.chunk[b] = chunk; });
-  if (choose && chunk >= longest) {
-    const std::int64_t total = ex.sum(B, [&](std::int64_t b) { return s.tiles[b]; });
-    tail_cut(ex, a, s, total, min_chunk);
-  }
-
-  // Splits, partial rows and merge rows in request order.
+  auto chunk_of = [&](std::int64_t b) { return cut ? s.chunk[b] : chunk; };
   auto splits = [&](std::int64_t b) {
-    return rules::splits_of(s.local[b], s.chunk[b] * a.block_size);
+    return rules::splits_of(s.local[b], chunk_of(b) * a.block_size);
   };
-  const std::int64_t num_splits = ex.exclusive_scan(B, splits, s.split_first);
-  const std::int64_t partial_rows = ex.exclusive_scan(
+
+  // Splits, partial rows, merge rows and work items of every request, in request order.
+  const ScanOutputs<4> scan_out{{s.split_first, s.partial_first, s.merge_first, nullptr}};
+  const Sums<4> totals = ex.template exclusive_scans<4>(
       B,
       [&](std::int64_t b) {
-        const std::int64_t n = splits(b);
-        return n > 1 ? n * s.q[b] : std::int64_t(0);
+        const std::int64_t n = splits(b), Q = s.q[b];
+        return Sums<4>{{n, n > 1 ? n * Q : 0, n > 1 ? Q : 0, n * s.tiles[b]}};
       },
-      s.partial_first);
-  const std::int64_t merge_rows = ex.exclusive_scan(
-      B, [&](std::int64_t b) { return splits(b) > 1 ? std::int64_t(s.q[b]) : std::int64_t(0); },
-      s.merge_first);
-  const std::int64_t items = ex.sum(B, [&](std::int64_t b) { return splits(b) * s.tiles[b]; });
-  const std::int64_t max_splits = rules::max64(1, ex.max(B, splits));
+      scan_out);
+  const std::int64_t num_splits = totals.v[0], partial_rows = totals.v[1];
+  const std::int64_t merge_rows = totals.v[2], items = totals.v[3];
   if (items > a.work_items || num_splits > kMaxSortKeys) {
     return poison(ex, a, v, fault_word(-1, ScheduleFault::work_over_capacity));
   }
@@ -327,10 +397,10 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
     return poison(ex, a, v, fault_word(-1, ScheduleFault::partials_over_capacity));
   }
 
-  // Split keys (walk descending, then split index) and the merge rows.
-  ex.parallel(B, [&](std::int64_t b) {
-    const std::int64_t n = splits(b), Q = s.q[b], start = a.query_start_loc[b];
-    const std::int64_t chunk_tokens = s.chunk[b] * a.block_size;
+  // Split keys (walk descending, then split index) and the merge rows; the most splits.
+  const std::int64_t max_splits = rules::max64(1, ex.max(B, [&](std::int64_t b) {
+    const std::int64_t n = splits(b), Q = s.q[b], start = s.start[b];
+    const std::int64_t chunk_tokens = chunk_of(b) * a.block_size;
     for (std::int64_t i = 0; i < n; ++i) {
       const auto begin = std::int32_t(i * chunk_tokens);
       const auto end = std::int32_t(rules::min64(s.local[b], (i + 1) * chunk_tokens));
@@ -340,46 +410,78 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
           rules::order_key(rules::walk_tiles(begin, visible), s.split_first[b] + i);
       s.split_request[s.split_first[b] + i] = std::int32_t(b);
     }
-    if (n == 1) return;
-    for (std::int64_t j = 0; j < Q; ++j) {
-      v.merge_rows[s.merge_first[b] + j] = {std::int32_t(start + j),
-                                            std::int32_t(s.partial_first[b] + j), std::int32_t(n),
-                                            std::int32_t(Q)};
+    if (n > 1) {
+      for (std::int64_t j = 0; j < Q; ++j) {
+        v.merge_rows[s.merge_first[b] + j] = {std::int32_t(start + j),
+                                              std::int32_t(s.partial_first[b] + j), std::int32_t(n),
+                                              std::int32_t(Q)};
+      }
     }
-  });
+    return n;
+  }));
   ex.sort(s.keys, num_splits);
 
   auto sorted_index = [&](std::int64_t k) { return std::int64_t(s.keys[k] & 0xffffffffu); };
   ex.exclusive_scan(
       num_splits, [&](std::int64_t k) { return s.tiles[s.split_request[sorted_index(k)]]; },
       s.item_first);
-  // Work items, one each: the split holding item x is the last whose first item is <= x.
-  ex.parallel(items, [&](std::int64_t x) {
-    const std::int64_t lo = last_at_most(s.item_first, num_splits, x);
-    const std::int64_t index = sorted_index(lo);
+  // Work items. A split's values, read once, and the item of pairs [pb, pb + np) of it.
+  struct SplitView {
+    std::int64_t b, Q, start, T, pairs, step;
+    std::int32_t begin, end, partial;
+  };
+  auto split_view = [&](std::int64_t k) {
+    const std::int64_t index = sorted_index(k);
     const std::int64_t b = s.split_request[index], i = index - s.split_first[b];
-    const std::int64_t Q = s.q[b], start = a.query_start_loc[b], T = a.seq_lens[b];
-    const std::int64_t chunk_tokens = s.chunk[b] * a.block_size;
-    const auto begin = std::int32_t(i * chunk_tokens);
-    const auto end = std::int32_t(rules::min64(s.local[b], (i + 1) * chunk_tokens));
-    const std::int64_t pairs = Q * H;
-    const std::int64_t step = a.tile_pairs > 0 ? a.tile_pairs : pairs;
-    const std::int64_t pb = (x - s.item_first[lo]) * step;
-    const std::int64_t np = rules::min64(step, pairs - pb);
+    const std::int64_t Q = s.q[b], chunk_tokens = chunk_of(b) * a.block_size;
+    return SplitView{b,
+                     Q,
+                     s.start[b],
+                     s.total[b],
+                     Q * H,
+                     a.tile_pairs > 0 ? a.tile_pairs : Q * H,
+                     std::int32_t(i * chunk_tokens),
+                     std::int32_t(rules::min64(s.local[b], (i + 1) * chunk_tokens)),
+                     splits(b) > 1 ? std::int32_t(s.partial_first[b] + i * Q) : -1};
+  };
+  auto write_item = [&](const SplitView& sv, std::int64_t x, std::int64_t item) {
+    const std::int64_t pb = x * sv.step;
+    const std::int64_t np = rules::min64(sv.step, sv.pairs - pb);
     // The bound of the item's last row, from the rules (the schedule's copy is in global memory
-    // that this step wrote).
+    // that an earlier step wrote).
     const std::int64_t last_row = std::uint32_t(pb + np - 1) / std::uint32_t(H);
-    const auto last_bound =
-        std::int32_t(rules::row_local_bound(T, Q, last_row, false, a.world, a.rank, a.interleave));
-    v.items[x] = {std::int32_t(b),
-                  std::int32_t(start),
-                  std::int32_t(pb),
-                  std::int32_t(np),
-                  begin,
-                  end,
-                  rules::clamp_visible(last_bound, begin, end),
-                  splits(b) > 1 ? std::int32_t(s.partial_first[b] + i * Q) : -1};
-  });
+    const auto last_bound = std::int32_t(
+        rules::row_local_bound(sv.T, sv.Q, last_row, false, a.world, a.rank, a.interleave));
+    v.items[item] = {std::int32_t(sv.b),
+                     std::int32_t(sv.start),
+                     std::int32_t(pb),
+                     std::int32_t(np),
+                     sv.begin,
+                     sv.end,
+                     rules::clamp_visible(last_bound, sv.begin, sv.end),
+                     sv.partial};
+  };
+  // With threads to spare (few splits: a small batch), 2^group_log2 threads a split, each
+  // writing every 2^group_log2-th item of it; otherwise one thread an item, which finds its
+  // split in item_first (the last split whose first item is <= the item).
+  int group_log2 = 0;
+  while (num_splits > 0 && (num_splits << (group_log2 + 1)) <= ex.threads()) ++group_log2;
+  if (group_log2 > 0) {
+    const std::int64_t group = std::int64_t(1) << group_log2;
+    ex.parallel(num_splits << group_log2, [&](std::int64_t t) {
+      const std::int64_t k = t >> group_log2;
+      const SplitView sv = split_view(k);
+      const std::int64_t count = s.tiles[sv.b];
+      for (std::int64_t x = t & (group - 1); x < count; x += group) {
+        write_item(sv, x, s.item_first[k] + x);
+      }
+    });
+  } else {
+    ex.parallel(items, [&](std::int64_t x) {
+      const std::int64_t k = last_at_most(s.item_first, num_splits, x);
+      write_item(split_view(k), x - s.item_first[k], x);
+    });
+  }
   ex.serial([&] {
     ScheduleHeader& h = *v.header;
     h.num_items = items;

@@ -67,8 +67,11 @@ DCPMLA_HD std::int64_t local_len(std::int64_t L, int world, int rank, int interl
   const std::int64_t span = std::int64_t(world) * interleave;
   std::int64_t whole, rem;
   if ((span & (span - 1)) == 0) {  // W x I a power of two (the usual case): shifts
-    int shift = 0;
-    while ((std::int64_t(1) << shift) < span) ++shift;
+#ifdef __CUDA_ARCH__
+    const int shift = __popcll(std::uint64_t(span - 1));
+#else
+    const int shift = __builtin_popcountll(std::uint64_t(span - 1));
+#endif
     whole = L >> shift;
     rem = L & (span - 1);
   } else {
@@ -140,9 +143,13 @@ DCPMLA_HD SplitTerms split_terms(std::int64_t kv_blocks, std::int64_t chunk_bloc
 // Whether a split's totals respect the config's limits (-1: none).
 DCPMLA_HD bool within_limits(std::int64_t work_items, std::int64_t split_pairs, int num_heads,
                              std::int64_t max_work_items, std::int64_t max_partial_rows) {
-  // split_pairs is a sum of splits x Q x H: a multiple of H, so the division is exact.
-  return (max_work_items < 0 || work_items <= max_work_items) &&
-         (max_partial_rows < 0 || split_pairs / num_heads <= max_partial_rows);
+  // split_pairs / H <= max_partial_rows, as a product where it cannot overflow (a 64-bit division
+  // costs the GPU planner ~100 instructions a candidate).
+  const bool rows_fit =
+      max_partial_rows < 0 || (max_partial_rows < 0x7fffffff && num_heads > 0
+                                   ? split_pairs < (max_partial_rows + 1) * std::int64_t(num_heads)
+                                   : split_pairs / num_heads <= max_partial_rows);
+  return (max_work_items < 0 || work_items <= max_work_items) && rows_fit;
 }
 
 // Exclusive local bound of row j of a request with Q rows and global length T (causal), or T's

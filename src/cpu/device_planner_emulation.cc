@@ -9,8 +9,11 @@ namespace dcpmla::cpu {
 namespace {
 
 // One thread doing every thread's part. parallel() walks its range backwards: a step that
-// depended on the order of its indices would come out different from make_plan here.
+// depended on the order of its indices would come out different from make_plan here. It tells
+// the steps it has as many threads as the GPU's block for small batches, so that they take the
+// same forms as there.
 struct SerialExecutor {
+  static std::int64_t threads() { return 256; }
   template <class F>
   void parallel(std::int64_t n, F&& f) {
     for (std::int64_t i = n - 1; i >= 0; --i) f(i);
@@ -18,6 +21,12 @@ struct SerialExecutor {
   template <class F>
   void serial(F&& f) {
     f();
+  }
+  template <class R, class F>
+  R reduce(std::int64_t n, F&& f) {
+    R r{};
+    for (std::int64_t i = 0; i < n; ++i) r = R::combine(r, f(i));
+    return r;
   }
   template <class F>
   std::int64_t sum(std::int64_t n, F&& f) {
@@ -37,9 +46,10 @@ struct SerialExecutor {
     for (std::int64_t i = 0; i < n; ++i) m = std::min<std::uint64_t>(m, f(i));
     return m;
   }
-  template <class F>
-  void segmented_sum(std::int64_t m, std::int64_t n, F&& f, std::int64_t* out) {
+  template <class Active, class F>
+  void segmented_sum(std::int64_t m, std::int64_t n, Active&& active, F&& f, std::int64_t* out) {
     for (std::int64_t k = 0; k < m; ++k) {
+      if (!active(k)) continue;
       std::int64_t a = 0, b = 0;
       for (std::int64_t i = 0; i < n; ++i) {
         const auto t = f(k, i);
@@ -50,15 +60,24 @@ struct SerialExecutor {
       out[2 * k + 1] = b;
     }
   }
-  template <class F>
-  std::int64_t exclusive_scan(std::int64_t n, F&& f, std::int64_t* out) {
-    std::int64_t total = 0;
+  template <int K, class F>
+  planner::Sums<K> exclusive_scans(std::int64_t n, F&& f, const planner::ScanOutputs<K>& out) {
+    planner::Sums<K> total{};
     for (std::int64_t i = 0; i < n; ++i) {
-      const std::int64_t x = f(i);
-      out[i] = total;
-      total += x;
+      const planner::Sums<K> x = f(i);
+      for (int j = 0; j < K; ++j) {
+        if (out.out[j] != nullptr) out.out[j][i] = total.v[j];
+        total.v[j] += x.v[j];
+      }
     }
     return total;
+  }
+  template <class F>
+  std::int64_t exclusive_scan(std::int64_t n, F&& f, std::int64_t* out) {
+    return exclusive_scans<1>(
+               n, [&](std::int64_t i) { return planner::Sums<1>{{f(i)}}; },
+               planner::ScanOutputs<1>{{out}})
+        .v[0];
   }
   void sort(std::uint64_t* keys, std::int64_t n) { std::sort(keys, keys + n); }
 };

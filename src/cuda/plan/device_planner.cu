@@ -1,5 +1,5 @@
-// The GPU planner: core/device_planner.h's steps run by one thread block of 1024 threads, with
-// block-wide reductions, scans and a bitonic sort in shared memory. One launch writes a whole
+// The GPU planner: core/device_planner.h's steps run by one thread block (256 or 1024 threads),
+// with block-wide reductions, scans and a bitonic sort in shared memory. One launch writes a whole
 // schedule (or its fault), so a captured graph can plan and decode batches whose lengths exist
 // only on the device. The steps are short and each waits for the one before, so the planner's
 // time is latency: its scratch lives in shared memory wherever it fits (the schedule's own
@@ -23,26 +23,33 @@ namespace {
 //
 // Every phase costs each warp its loop control and reductions whatever the batch, and a scheduler
 // issues one instruction a cycle: a block sized for the batch (plan_threads) plans small batches
-// several times sooner than 1024 threads.
+// several times sooner than 1024 threads. Nsight Compute at 256 requests (H200, 2026-12-03): ~65K
+// warp instructions at 0.84 a cycle, so the planner's time is its instruction count over few
+// warps; a 64-bit division or a loop a thread walks alone shows at once.
 template <int kThreads>
 struct GpuExecutor {
   static constexpr int kWarps = kThreads / 32;
   static_assert(kWarps >= 1 && kWarps <= 32 && (kWarps & (kWarps - 1)) == 0);
-  std::int64_t* partial;  // shared [2 * kWarps]
+  // 64-bit words a reduction or scan carries at most.
+  static constexpr int kMaxWords = 4;
+  std::int64_t* partial;  // shared [2 * kMaxWords * kWarps]
   std::uint64_t* sorted;  // shared [sort_capacity]
   std::int64_t sort_capacity;
   int slot_set = 0;
 
   __device__ std::int64_t* next_slots() {
-    std::int64_t* slots = partial + slot_set * kWarps;
+    std::int64_t* slots = partial + slot_set * kMaxWords * kWarps;
     slot_set ^= 1;
     return slots;
   }
 
   __device__ static std::int64_t tid() { return threadIdx.x; }
+  __device__ static std::int64_t threads() { return kThreads; }
 
+  // Unrolled: independent indices overlap their loads (a work item's search of item_first).
   template <class F>
   __device__ void parallel(std::int64_t n, F&& f) {
+#pragma unroll 4
     for (std::int64_t i = tid(); i < n; i += kThreads) f(i);
     __syncthreads();
   }
@@ -51,7 +58,7 @@ struct GpuExecutor {
     if (threadIdx.x == 0) f();
     __syncthreads();
   }
-  // Block-wide fold of one value per thread with op; every thread gets the result.
+  // Block-wide fold of one 64-bit value per thread with op; every thread gets the result.
   template <class T, class Op>
   __device__ T fold(T v, Op op) {
     static_assert(sizeof(T) == sizeof(std::int64_t));
@@ -61,6 +68,34 @@ struct GpuExecutor {
     __syncthreads();
     T w = slots[threadIdx.x % kWarps];
     for (int o = kWarps / 2; o > 0; o /= 2) w = op(w, T(__shfl_xor_sync(0xffffffffu, w, o)));
+    return w;
+  }
+  // The same for a value of R::kWords words combined by R::combine.
+  template <class R>
+  __device__ static R shfl_xor_words(const R& v, int mask) {
+    R r;
+#pragma unroll
+    for (int j = 0; j < R::kWords; ++j) {
+      r.set_word(j, __shfl_xor_sync(0xffffffffu, (long long)v.word(j), mask));
+    }
+    return r;
+  }
+  template <class R, class F>
+  __device__ R reduce(std::int64_t n, F&& f) {
+    static_assert(R::kWords <= kMaxWords);
+    R v{};
+    for (std::int64_t i = tid(); i < n; i += kThreads) v = R::combine(v, f(i));
+    for (int o = 16; o > 0; o /= 2) v = R::combine(v, shfl_xor_words(v, o));
+    std::int64_t* slots = next_slots();
+    if (threadIdx.x % 32 == 0) {
+#pragma unroll
+      for (int j = 0; j < R::kWords; ++j) slots[j * kWarps + threadIdx.x / 32] = v.word(j);
+    }
+    __syncthreads();
+    R w;
+#pragma unroll
+    for (int j = 0; j < R::kWords; ++j) w.set_word(j, slots[j * kWarps + threadIdx.x % kWarps]);
+    for (int o = kWarps / 2; o > 0; o /= 2) w = R::combine(w, shfl_xor_words(w, o));
     return w;
   }
   template <class F>
@@ -84,18 +119,17 @@ struct GpuExecutor {
     }
     return fold(v, [](std::uint64_t a, std::uint64_t b) { return a < b ? a : b; });
   }
-  // Warps share the segments out: several warps a segment where there are fewer segments than
-  // warps (each adds its part to out atomically), else a warp per segment at a time.
-  template <class F>
-  __device__ void segmented_sum(std::int64_t m, std::int64_t n, F&& f, std::int64_t* out) {
+  // Where there are at least as many segments as warps, warp w takes segments w, w + kWarps,
+  // ...: its lanes test 32 of them for activity at once and the warp sums the active ones, one
+  // at a time, writing the sums itself. Otherwise several warps take each segment, adding their
+  // parts to out atomically.
+  template <class Active, class F>
+  __device__ void segmented_sum(std::int64_t m, std::int64_t n, Active&& active, F&& f,
+                                std::int64_t* out) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const std::int64_t warps_per_segment = m < kWarps ? kWarps / m : 1;
-    for (std::int64_t k = threadIdx.x; k < 2 * m; k += kThreads) out[k] = 0;
-    __syncthreads();
-    const std::int64_t part = warp % warps_per_segment;
-    for (std::int64_t k = warp / warps_per_segment; k < m; k += kWarps / warps_per_segment) {
+    auto sum_segment = [&](std::int64_t k, std::int64_t first, std::int64_t stride) {
       std::int64_t a = 0, b = 0;
-      for (std::int64_t i = part * 32 + lane; i < n; i += 32 * warps_per_segment) {
+      for (std::int64_t i = first; i < n; i += stride) {
         const auto t = f(k, i);
         a += t.work_items;
         b += t.split_pairs;
@@ -104,17 +138,44 @@ struct GpuExecutor {
         a += __shfl_xor_sync(0xffffffffu, a, o);
         b += __shfl_xor_sync(0xffffffffu, b, o);
       }
+      return rules::SplitTerms{a, b};
+    };
+    if (m >= kWarps) {
+      for (std::int64_t base = warp; base < m; base += 32 * kWarps) {
+        const std::int64_t mine = base + std::int64_t(lane) * kWarps;
+        unsigned todo = __ballot_sync(0xffffffffu, mine < m && active(mine));
+        while (todo != 0) {
+          const int l = __ffs(todo) - 1;
+          todo &= todo - 1;
+          const std::int64_t k = base + std::int64_t(l) * kWarps;
+          const rules::SplitTerms t = sum_segment(k, lane, 32);
+          if (lane == 0) out[2 * k] = t.work_items, out[2 * k + 1] = t.split_pairs;
+        }
+      }
+      __syncthreads();
+      return;
+    }
+    const std::int64_t warps_per_segment = kWarps / m;
+    for (std::int64_t k = threadIdx.x; k < 2 * m; k += kThreads) out[k] = 0;
+    __syncthreads();
+    const std::int64_t k = warp / warps_per_segment, part = warp % warps_per_segment;
+    if (k < m && active(k)) {
+      const rules::SplitTerms t = sum_segment(k, part * 32 + lane, 32 * warps_per_segment);
       if (lane == 0) {
-        atomicAdd(reinterpret_cast<unsigned long long*>(&out[2 * k]), (unsigned long long)a);
-        atomicAdd(reinterpret_cast<unsigned long long*>(&out[2 * k + 1]), (unsigned long long)b);
+        atomicAdd(reinterpret_cast<unsigned long long*>(&out[2 * k]),
+                  (unsigned long long)t.work_items);
+        atomicAdd(reinterpret_cast<unsigned long long*>(&out[2 * k + 1]),
+                  (unsigned long long)t.split_pairs);
       }
     }
     __syncthreads();
   }
-  // Chunks of kThreads: a warp scan, then every warp scans the warps' totals itself (lanes past
-  // kWarps scan copies that no lane reads).
-  template <class F>
-  __device__ std::int64_t exclusive_scan(std::int64_t n, F&& f, std::int64_t* out) {
+  // Chunks of kThreads: a warp scan of the K values, then every warp scans the warps' totals
+  // itself (lanes past kWarps scan copies that no lane reads).
+  template <int K, class F>
+  __device__ planner::Sums<K> exclusive_scans(std::int64_t n, F&& f,
+                                              const planner::ScanOutputs<K>& out) {
+    static_assert(K <= kMaxWords);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     auto inclusive_warp_scan = [&](std::int64_t v) {
       for (int o = 1; o < 32; o *= 2) {
@@ -123,23 +184,40 @@ struct GpuExecutor {
       }
       return v;
     };
-    std::int64_t carry = 0;
+    planner::Sums<K> carry{};
     for (std::int64_t base = 0; base < n; base += kThreads) {
       const std::int64_t i = base + threadIdx.x;
-      const std::int64_t x = i < n ? f(i) : 0;
-      const std::int64_t incl = inclusive_warp_scan(x);
+      const planner::Sums<K> x = i < n ? f(i) : planner::Sums<K>{};
+      std::int64_t incl[K];
+#pragma unroll
+      for (int j = 0; j < K; ++j) incl[j] = inclusive_warp_scan(x.v[j]);
       std::int64_t* slots = next_slots();
-      if (lane == 31) slots[warp] = incl;
+      if (lane == 31) {
+#pragma unroll
+        for (int j = 0; j < K; ++j) slots[j * kWarps + warp] = incl[j];
+      }
       __syncthreads();
-      const std::int64_t total = slots[lane % kWarps];
-      const std::int64_t totals = inclusive_warp_scan(total);
-      const std::int64_t before = __shfl_sync(0xffffffffu, totals - total, warp);
-      if (i < n) out[i] = carry + before + incl - x;
-      carry += __shfl_sync(0xffffffffu, totals, kWarps - 1);
+#pragma unroll
+      for (int j = 0; j < K; ++j) {
+        const std::int64_t total = slots[j * kWarps + lane % kWarps];
+        const std::int64_t totals = inclusive_warp_scan(total);
+        const std::int64_t before = __shfl_sync(0xffffffffu, totals - total, warp);
+        if (i < n && out.out[j] != nullptr) {
+          out.out[j][i] = carry.v[j] + before + incl[j] - x.v[j];
+        }
+        carry.v[j] += __shfl_sync(0xffffffffu, totals, kWarps - 1);
+      }
     }
     // The outputs are read by other threads in the next step.
     __syncthreads();
     return carry;
+  }
+  template <class F>
+  __device__ std::int64_t exclusive_scan(std::int64_t n, F&& f, std::int64_t* out) {
+    return exclusive_scans<1>(
+               n, [&](std::int64_t i) { return planner::Sums<1>{{f(i)}}; },
+               planner::ScanOutputs<1>{{out}})
+        .v[0];
   }
   // Bitonic sort of keys[0, n), padded to a power of two with the largest key: in place when
   // the keys are in shared memory (room for the padding: sort_capacity), else through `sorted`.
@@ -158,10 +236,27 @@ struct GpuExecutor {
       }
     }
     __syncthreads();
+    // Partners within a warp (j < 32) exchange through shuffles in registers: the merge levels
+    // k <= 32 in one pass, then one pass a level for j < 32 after the stages through memory.
     // Below a warp's width the shuffles would leave lanes idle in a partial warp: all in memory.
-    const std::int64_t first_shared_j = size >= 32 ? 32 : 1;
-    for (std::int64_t k = 2; k <= size; k *= 2) {
-      for (std::int64_t j = k / 2; j >= first_shared_j; j /= 2) {
+    auto in_warp = [&](std::int64_t k_first, std::int64_t k_last) {
+      for (std::int64_t i = tid(); i < size; i += kThreads) {
+        std::uint64_t v = buf[i];
+        for (std::int64_t k = k_first; k <= k_last; k *= 2) {
+          const bool ascending = (i & k) == 0;
+          for (int j = int(k / 2 < 16 ? k / 2 : 16); j > 0; j /= 2) {
+            const std::uint64_t other = __shfl_xor_sync(0xffffffffu, v, j);
+            const bool lower = (i & j) == 0;  // the lower index keeps the smaller when ascending
+            v = (lower == ascending) == (v < other) ? v : other;
+          }
+        }
+        buf[i] = v;
+      }
+      __syncthreads();
+    };
+    if (size >= 32) in_warp(2, 32);
+    for (std::int64_t k = size >= 32 ? 64 : 2; k <= size; k *= 2) {
+      for (std::int64_t j = k / 2; j >= (size >= 32 ? 32 : 1); j /= 2) {
         for (std::int64_t i = tid(); i < size; i += kThreads) {
           const std::int64_t partner = i ^ j;
           if (partner > i) {
@@ -172,19 +267,8 @@ struct GpuExecutor {
         }
         __syncthreads();
       }
-      if (first_shared_j == 1) continue;
-      // size is a power of two >= 32: whole warps take part.
-      for (std::int64_t i = tid(); i < size; i += kThreads) {
-        std::uint64_t v = buf[i];
-        const bool ascending = (i & k) == 0;
-        for (int j = int(k / 2 < 16 ? k / 2 : 16); j > 0; j /= 2) {
-          const std::uint64_t other = __shfl_xor_sync(0xffffffffu, v, j);
-          const bool lower = (i & j) == 0;  // the lower index keeps the smaller when ascending
-          v = (lower == ascending) == (v < other) ? v : other;
-        }
-        buf[i] = v;
-      }
-      __syncthreads();
+      // size is a power of two >= 32 here: whole warps take part.
+      if (size >= 32) in_warp(k, k);
     }
     if (!in_place) {
       for (std::int64_t i = tid(); i < n; i += kThreads) keys[i] = buf[i];
@@ -207,10 +291,13 @@ constexpr std::uint32_t kMaxSmem = 200 * 1024;
 static_assert(planner::kMaxSortKeys * sizeof(std::uint64_t) <= kMaxSmem);
 
 // The scratch in shared memory (smem_scratch) or the schedule's (then `sorted` holds the sort).
+// One block a launch: said explicitly, else ptxas held the 256-thread form to 64 registers and
+// spilled.
 template <int kThreads>
-__global__ void __launch_bounds__(kThreads) plan_kernel(const PlanParams p) {
+__global__ void __launch_bounds__(kThreads, 1) plan_kernel(const PlanParams p) {
   extern __shared__ std::uint64_t smem[];
-  __shared__ std::int64_t partial[2 * GpuExecutor<kThreads>::kWarps];
+  __shared__ std::int64_t
+      partial[2 * GpuExecutor<kThreads>::kMaxWords * GpuExecutor<kThreads>::kWarps];
   GpuExecutor<kThreads> ex{partial, smem, p.sort_capacity};
   const planner::Scratch scratch =
       p.smem_scratch ? planner::scratch_view(reinterpret_cast<std::byte*>(smem), p.requests,
