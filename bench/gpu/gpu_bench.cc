@@ -24,6 +24,7 @@
 #include "dcpmla/error.h"
 #include "dcpmla/plan.h"
 #include "fill.cuh"
+#include "launch_floor.cuh"
 #include "run_stamp.h"
 
 namespace dcpmla::bench {
@@ -323,9 +324,19 @@ struct Problem {
 // block table out so) instead of a random permutation.
 // The GPU planner's kernel time (Schedule::plan_on_device) for B ragged requests (Q 1..8, T up to
 // 32K) on rank 3 of a W = 8 group, H 128, block size 64: one launch per call, timed as the decode
-// is.
+// is. First the floor: an empty kernel with the planner's launch shape (256 threads, 200 KiB of
+// shared memory) timed the same way.
 nlohmann::json time_device_planning(Backend& backend, int sms, int reps, cudaStream_t s) {
   nlohmann::json out = nlohmann::json::array();
+  const Stats floor = time_calls([&] { launch_empty(256, 200 * 1024, s); }, reps, 5, s);
+  fmt::print("device_planning empty launch: {:.2f} us median, {:.2f} us min\n", floor.median_us,
+             floor.min_us);
+  out.push_back({{"group", "device_planning"},
+                 {"B", 0},
+                 {"name", "empty kernel, 256 threads, 200 KiB shared memory"},
+                 {"median_us", floor.median_us},
+                 {"min_us", floor.min_us},
+                 {"p90_us", floor.p90_us}});
   std::mt19937_64 rng(28);
   for (const int B : {1, 256, 1024}) {
     Batch batch;
