@@ -15,8 +15,9 @@
 //   reduce<R>(n, f)            R::combine over f(i) (R() for n = 0), known to every thread
 //   sum(n, f) / max(n, f)      int64 reductions of f(i), the result known to every thread
 //   min_u64(n, f)              uint64 minimum of f(i)
-//   segmented_sum(m, n, active, f, out)  out[2k, 2k + 1] = sums over i < n of f(k, i) (two
-//                              int64s), for the k < m where active(k); others untouched
+//   segmented_sum(m, n, active, setup, f, out)  out[2k, 2k + 1] = sums over i < n of
+//                              f(setup(k), i) (two int64s), for the k < m where active(k);
+//                              others untouched
 //   exclusive_scans<K>(n, f, out)  out.out[j][i] = sum over i' < i of f(i').v[j] (out.out[j]
 //                              may be null); returns the totals
 //   exclusive_scan(n, f, out)  the same for one value
@@ -60,6 +61,7 @@ struct Scratch {
   std::uint64_t* keys;           // [sort_capacity]
   std::int64_t* item_first;      // [work_items] first work item of each split, launch order
   std::int32_t* split_request;   // [work_items] the request of each split (request order)
+  std::int32_t* item_split;      // [work_items] the split (launch order) of each work item
   std::int64_t* candidate_sums;  // [2 * max_candidates]: work items, split pairs a split count
   std::uint64_t* costs;          // [max_candidates]: each split count's chunk_cost (~0: none)
   std::int64_t max_candidates;
@@ -87,7 +89,7 @@ DCPMLA_HD std::size_t scratch_bytes(std::int64_t requests, std::int64_t work_ite
   const std::size_t r = std::size_t(requests), m = std::size_t(max_candidates);
   return align16(r * 4) * 4 + align16(r * 8) * 7 +
          align16(std::size_t(sort_capacity(requests, work_items)) * 8) +
-         align16(std::size_t(work_items) * 8) + align16(std::size_t(work_items) * 4) +
+         align16(std::size_t(work_items) * 8) + align16(std::size_t(work_items) * 4) * 2 +
          align16(2 * m * 8) + align16(m * 8);
 }
 DCPMLA_HD Scratch scratch_view(std::byte* p, std::int64_t requests, std::int64_t work_items,
@@ -115,6 +117,7 @@ DCPMLA_HD Scratch scratch_view(std::byte* p, std::int64_t requests, std::int64_t
       reinterpret_cast<std::uint64_t*>(take(std::size_t(sort_capacity(requests, work_items)) * 8));
   s.item_first = reinterpret_cast<std::int64_t*>(take(std::size_t(work_items) * 8));
   s.split_request = reinterpret_cast<std::int32_t*>(take(std::size_t(work_items) * 4));
+  s.item_split = reinterpret_cast<std::int32_t*>(take(std::size_t(work_items) * 4));
   s.candidate_sums = reinterpret_cast<std::int64_t*>(take(2 * m * 8));
   s.costs = reinterpret_cast<std::uint64_t*>(take(m * 8));
   return s;
@@ -340,12 +343,27 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
       return k == 0 || split_chunk(k + 1) < split_chunk(k);
     };
     const std::int64_t counts = 2 * std::int64_t(a.workers);
+    // A candidate's chunk divides every request's blocks: by a multiplier made once, where the
+    // requests are enough to pay for making it (a 64-bit division).
+    struct Chunk {
+      std::int64_t blocks;
+      bool by_multiplier;
+      rules::CeilDivider divider;
+    };
+    const bool by_multiplier = B >= 32;
     ex.segmented_sum(
         counts, B, starts_candidate,
-        [&](std::int64_t k, std::int64_t b) {
-          const auto t =
-              rules::split_terms(s.kv_blocks[b], split_chunk(k + 1), s.tiles[b], s.q[b], H);
-          return rules::SplitTerms{t.work_items, t.split_pairs};
+        [&](std::int64_t k) {
+          const std::int64_t c = split_chunk(k + 1);
+          return by_multiplier ? Chunk{c, true, rules::CeilDivider(c)}
+                               : Chunk{c, false, rules::CeilDivider()};
+        },
+        [&](const Chunk& c, std::int64_t b) {
+          const std::int64_t kv = s.kv_blocks[b];
+          const std::int64_t n = kv <= c.blocks    ? 1
+                                 : c.by_multiplier ? c.divider.ceil(kv)
+                                                   : rules::ceil_div(kv, c.blocks);
+          return rules::split_terms_of(n, s.tiles[b], s.q[b], H);
         },
         s.candidate_sums);
     // ~0 where k gives no candidate or breaks the limits (the unsplit one always counts, as in
@@ -398,8 +416,12 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
   }
 
   // Split keys (walk descending, then split index) and the merge rows; the most splits.
+  // A request's split count, from the scan (no division).
+  auto scanned_splits = [&](std::int64_t b) {
+    return (b + 1 < B ? s.split_first[b + 1] : num_splits) - s.split_first[b];
+  };
   const std::int64_t max_splits = rules::max64(1, ex.max(B, [&](std::int64_t b) {
-    const std::int64_t n = splits(b), Q = s.q[b], start = s.start[b];
+    const std::int64_t n = scanned_splits(b), Q = s.q[b], start = s.start[b];
     const std::int64_t chunk_tokens = chunk_of(b) * a.block_size;
     for (std::int64_t i = 0; i < n; ++i) {
       const auto begin = std::int32_t(i * chunk_tokens);
@@ -442,14 +464,16 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
                      a.tile_pairs > 0 ? a.tile_pairs : Q * H,
                      std::int32_t(i * chunk_tokens),
                      std::int32_t(rules::min64(s.local[b], (i + 1) * chunk_tokens)),
-                     splits(b) > 1 ? std::int32_t(s.partial_first[b] + i * Q) : -1};
+                     scanned_splits(b) > 1 ? std::int32_t(s.partial_first[b] + i * Q) : -1};
   };
-  auto write_item = [&](const SplitView& sv, std::int64_t x, std::int64_t item) {
+  // row_of(p): the row of pair p, p / H.
+  auto write_item = [&](const SplitView& sv, std::int64_t x, std::int64_t item,
+                        const auto& row_of) {
     const std::int64_t pb = x * sv.step;
     const std::int64_t np = rules::min64(sv.step, sv.pairs - pb);
     // The bound of the item's last row, from the rules (the schedule's copy is in global memory
     // that an earlier step wrote).
-    const std::int64_t last_row = std::uint32_t(pb + np - 1) / std::uint32_t(H);
+    const std::int64_t last_row = row_of(pb + np - 1);
     const auto last_bound = std::int32_t(
         rules::row_local_bound(sv.T, sv.Q, last_row, false, a.world, a.rank, a.interleave));
     v.items[item] = {std::int32_t(sv.b),
@@ -462,8 +486,9 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
                      sv.partial};
   };
   // With threads to spare (few splits: a small batch), 2^group_log2 threads a split, each
-  // writing every 2^group_log2-th item of it; otherwise one thread an item, which finds its
-  // split in item_first (the last split whose first item is <= the item).
+  // writing every 2^group_log2-th item of it; otherwise one thread an item, which reads its split
+  // from a map that a thread a split writes first (a search of item_first was a quarter of the
+  // GPU planner's time at 256 requests).
   int group_log2 = 0;
   while (num_splits > 0 && (num_splits << (group_log2 + 1)) <= ex.threads()) ++group_log2;
   if (group_log2 > 0) {
@@ -472,14 +497,26 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
       const std::int64_t k = t >> group_log2;
       const SplitView sv = split_view(k);
       const std::int64_t count = s.tiles[sv.b];
+      // A request's pairs fit 31 bits (make_plan checks Q x H): a 32-bit division.
+      auto row_of = [&](std::int64_t p) {
+        return std::int64_t(std::uint32_t(p) / std::uint32_t(H));
+      };
       for (std::int64_t x = t & (group - 1); x < count; x += group) {
-        write_item(sv, x, s.item_first[k] + x);
+        write_item(sv, x, s.item_first[k] + x, row_of);
       }
     });
   } else {
+    ex.parallel(num_splits, [&](std::int64_t k) {
+      const std::int64_t first = s.item_first[k];
+      const std::int64_t count = (k + 1 < num_splits ? s.item_first[k + 1] : items) - first;
+      for (std::int64_t x = 0; x < count; ++x) s.item_split[first + x] = std::int32_t(k);
+    });
+    // Many items: H's multiplier, made once, instead of a division an item.
+    const rules::CeilDivider heads(H);
+    auto row_of = [&](std::int64_t p) { return heads.ceil(p + 1) - 1; };
     ex.parallel(items, [&](std::int64_t x) {
-      const std::int64_t k = last_at_most(s.item_first, num_splits, x);
-      write_item(split_view(k), x - s.item_first[k], x);
+      const std::int64_t k = s.item_split[x];
+      write_item(split_view(k), x - s.item_first[k], x, row_of);
     });
   }
   ex.serial([&] {

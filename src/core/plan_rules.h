@@ -34,6 +34,14 @@ DCPMLA_HD std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
   }
   return (a + b - 1) / b;
 }
+DCPMLA_HD int count_leading_zeros(std::uint64_t x) {
+#ifdef __CUDA_ARCH__
+  return __clzll(static_cast<long long>(x));
+#else
+  return x == 0 ? 64 : __builtin_clzll(x);
+#endif
+}
+
 // Ceiling division of many dividends by one divisor without a divide instruction (the host
 // planner evaluates every request against every candidate chunk): x / d = (x m) >> s for x < 2^31
 // with m = floor(2^(31 + l) / d) + 1, l = ceil(log2 d) (Granlund and Montgomery, 1994), so m fits
@@ -42,10 +50,10 @@ struct CeilDivider {
   std::uint64_t magic = 1;
   int shift = 0;
   std::int64_t divisor = 1;
+  CeilDivider() = default;  // divides by 1
   // d in [1, 2^31).
   DCPMLA_HD explicit CeilDivider(std::int64_t d) : divisor(d) {
-    int l = 0;
-    while ((std::int64_t(1) << l) < d) ++l;
+    const int l = d > 1 ? 64 - count_leading_zeros(std::uint64_t(d - 1)) : 0;
     shift = 31 + l;
     magic = ((std::uint64_t(1) << shift) / std::uint64_t(d)) + 1;
   }
@@ -131,13 +139,18 @@ struct SplitTerms {
   std::int64_t work_items;
   std::int64_t split_pairs;
 };
-DCPMLA_HD SplitTerms split_terms(std::int64_t kv_blocks, std::int64_t chunk_blocks,
-                                 std::int64_t tiles, std::int64_t q, int num_heads) {
-  const std::int64_t splits = kv_blocks <= chunk_blocks ? 1 : ceil_div(kv_blocks, chunk_blocks);
+// The same from the request's split count.
+DCPMLA_HD SplitTerms split_terms_of(std::int64_t splits, std::int64_t tiles, std::int64_t q,
+                                    int num_heads) {
   // Each term at most kTermCap, so sums over any batch stay far from overflow (a batch that
   // reaches it is refused by its capacity long before).
   const std::int64_t items = tiles * splits, pairs = splits > 1 ? splits * q * num_heads : 0;
   return {min64(items, kTermCap), min64(pairs, kTermCap)};
+}
+DCPMLA_HD SplitTerms split_terms(std::int64_t kv_blocks, std::int64_t chunk_blocks,
+                                 std::int64_t tiles, std::int64_t q, int num_heads) {
+  return split_terms_of(kv_blocks <= chunk_blocks ? 1 : ceil_div(kv_blocks, chunk_blocks), tiles, q,
+                        num_heads);
 }
 
 // Whether a split's totals respect the config's limits (-1: none).

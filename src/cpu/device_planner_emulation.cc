@@ -46,13 +46,15 @@ struct SerialExecutor {
     for (std::int64_t i = 0; i < n; ++i) m = std::min<std::uint64_t>(m, f(i));
     return m;
   }
-  template <class Active, class F>
-  void segmented_sum(std::int64_t m, std::int64_t n, Active&& active, F&& f, std::int64_t* out) {
+  template <class Active, class Setup, class F>
+  void segmented_sum(std::int64_t m, std::int64_t n, Active&& active, Setup&& setup, F&& f,
+                     std::int64_t* out) {
     for (std::int64_t k = 0; k < m; ++k) {
       if (!active(k)) continue;
+      const auto context = setup(k);
       std::int64_t a = 0, b = 0;
       for (std::int64_t i = 0; i < n; ++i) {
-        const auto t = f(k, i);
+        const auto t = f(context, i);
         a += t.work_items;
         b += t.split_pairs;
       }

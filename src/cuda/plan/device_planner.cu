@@ -123,14 +123,15 @@ struct GpuExecutor {
   // ...: its lanes test 32 of them for activity at once and the warp sums the active ones, one
   // at a time, writing the sums itself. Otherwise several warps take each segment, adding their
   // parts to out atomically.
-  template <class Active, class F>
-  __device__ void segmented_sum(std::int64_t m, std::int64_t n, Active&& active, F&& f,
-                                std::int64_t* out) {
+  template <class Active, class Setup, class F>
+  __device__ void segmented_sum(std::int64_t m, std::int64_t n, Active&& active, Setup&& setup,
+                                F&& f, std::int64_t* out) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     auto sum_segment = [&](std::int64_t k, std::int64_t first, std::int64_t stride) {
+      const auto context = setup(k);
       std::int64_t a = 0, b = 0;
       for (std::int64_t i = first; i < n; i += stride) {
-        const auto t = f(k, i);
+        const auto t = f(context, i);
         a += t.work_items;
         b += t.split_pairs;
       }
