@@ -12,7 +12,9 @@
 # headers and sources are used: fmt header-only, CLI11 and nlohmann_json headers, GoogleTest
 # built from source, so no binary built on another distribution is linked.
 #
-# DCPMLA_COMMIT is recorded with the benchmark (default: git rev-parse --short HEAD);
+# DCPMLA_COMMIT is recorded with the benchmark (default: git describe --always --dirty, which
+# marks a tree that differs from the HEAD its git metadata names, as a copy of a working tree
+# on another machine can);
 # DCPMLA_BENCH_ARGS adds options to dcpmla_gpu_bench (e.g. "--filter flashmla_table").
 #
 #   run: scripts/device_gpu.sh
@@ -23,7 +25,7 @@ mkdir -p "$OUT"
 export PATH="/usr/local/cuda/bin:$PATH"
 export CMAKE_POLICY_VERSION_MINIMUM=3.5  # CMake 4 and the older config files of the deps
 JOBS=$(nproc 2>/dev/null || echo 8)
-COMMIT=${DCPMLA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+COMMIT=${DCPMLA_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo unknown)}
 START=$(date +%s)
 log() { echo "== [$(($(date +%s) - START))s] $*" | tee -a "$OUT/summary.txt"; }
 status=0

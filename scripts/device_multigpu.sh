@@ -14,7 +14,8 @@
 # A failing step is logged and the script goes on; the exit status is non-zero when any step
 # failed. DCPMLA_STEPS picks steps (default "build tests demo breakdown exchange bench"); build
 # outputs are reused, so a later run can take, say, DCPMLA_STEPS="build breakdown".
-# DCPMLA_COMMIT is recorded with the benchmark (default: git rev-parse HEAD where .git exists).
+# DCPMLA_COMMIT is recorded with the benchmark (default: git describe --always --dirty where .git
+# exists; "-dirty" marks a tree that differs from the HEAD its git metadata names).
 #
 #   run: scripts/device_multigpu.sh
 set -uo pipefail
@@ -58,7 +59,7 @@ W=$((GPUS > 8 ? 8 : GPUS))
 # The breakdown runs W = 2 and, on a larger machine, W as well.
 BREAKDOWN_WORLDS=(2)
 [ "$W" -gt 2 ] && BREAKDOWN_WORLDS+=("$W")
-COMMIT=${DCPMLA_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+COMMIT=${DCPMLA_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo unknown)}
 
 {
   echo "steps: $STEPS"

@@ -10,7 +10,7 @@
 # top that builds the dense sm90 decode only; shared/tools/flashmla/assemble.sh makes one from
 # git mirrors of FlashMLA and CUTLASS. It is not part of this repository: keep it in the ignored
 # .flashmla/ and take it along to the GPU machine. FLASHMLA_COMMIT is recorded with the results;
-# so is DCPMLA_COMMIT (default: git rev-parse --short HEAD). VS_FLASHMLA_ARGS adds options to
+# so is DCPMLA_COMMIT (default: git describe --always --dirty). VS_FLASHMLA_ARGS adds options to
 # vs_flashmla.py (e.g. "--rounds 2").
 #
 #   run: scripts/device_vs_flashmla.sh FLASHMLA_DIR [FLASHMLA_COMMIT]
@@ -29,7 +29,7 @@ OUT=$(cd "$OUT" && pwd)
 export PATH="/usr/local/cuda/bin:$PATH"
 export CMAKE_POLICY_VERSION_MINIMUM=3.5  # CMake 4 and the older config files of the deps
 JOBS=$(nproc 2>/dev/null || echo 8)
-COMMIT=${DCPMLA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+COMMIT=${DCPMLA_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo unknown)}
 START=$(date +%s)
 log() { echo "== [$(($(date +%s) - START))s] $*" | tee -a "$OUT/summary.txt"; }
 
