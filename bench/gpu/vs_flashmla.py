@@ -60,6 +60,19 @@ RAGGED = [(4096, 128), (32768, 16)]  # (L, H) of the 64-request mixes
 FAILURES = (RuntimeError, AssertionError, ValueError, LookupError, TypeError, OSError)
 
 
+def timed_or_error(label, time, *args, **kwargs):
+    """time(*args, **kwargs), or {"error": ...} where it raises one of FAILURES (reported under
+    label), with the allocator's cache emptied after it either way, so the next side starts
+    alike."""
+    try:
+        return time(*args, **kwargs)
+    except FAILURES as e:
+        print(f"{label}: {e!r}", file=sys.stderr, flush=True)
+        return {"error": repr(e)}
+    finally:
+        torch.cuda.empty_cache()
+
+
 def rand(*shape, gen):
     """float32 uniform in [-1, 1) rounded to bf16, as dcpmla_gpu_bench fills its inputs. Not
     torch.rand in bf16: that draws only multiples of 2^-8, 256 values in all (zeros among them),
@@ -465,19 +478,19 @@ def main():
             B, L, H, q = sh["B"], sh["L"], sh["H"], sh["q"]
             sides = ["dcpmla", "flashmla"] if rnd % 2 == 0 else ["flashmla", "dcpmla"]
             for side in sides:
-                try:
-                    if side == "dcpmla":
-                        r = ours.time(B=B, L=L, H=H, q=q, world=sh["world"], sets=n_sets(B, L))
-                    elif isinstance(q, list):
-                        checked = any("padded_first" in r for r in run["flashmla"])
-                        r = flashmla_ragged(q, L, H, args.reps, check=not checked)
-                    else:
-                        r = flashmla_uniform(B, L, H, q, args.reps)
-                except FAILURES as e:
-                    print(f"{side} {sh['shape']}: {e!r}", file=sys.stderr, flush=True)
-                    r = {"error": repr(e)}
+                label = f"{side} {sh['shape']}"
+                if side == "dcpmla":
+                    r = timed_or_error(
+                        label, ours.time, B=B, L=L, H=H, q=q, world=sh["world"], sets=n_sets(B, L)
+                    )
+                elif isinstance(q, list):
+                    checked = any("padded_first" in r for r in run["flashmla"])
+                    r = timed_or_error(
+                        label, flashmla_ragged, q, L, H, args.reps, check=not checked
+                    )
+                else:
+                    r = timed_or_error(label, flashmla_uniform, B, L, H, q, args.reps)
                 run[side].append(r)
-                torch.cuda.empty_cache()
             print(f"round {rnd} {sh['shape']}: done", file=sys.stderr, flush=True)
             if args.raw:
                 with open(args.raw, "w") as fh:

@@ -30,7 +30,6 @@ from vs_flashmla import (  # noqa: E402  (the shapes and the timing method, shar
     D_QK,
     D_V,
     DEV,
-    FAILURES,
     RAGGED,
     SCALE,
     UNIFORM,
@@ -39,6 +38,7 @@ from vs_flashmla import (  # noqa: E402  (the shapes and the timing method, shar
     rand,
     summary,
     time_steps,
+    timed_or_error,
 )
 
 import dcpmla  # noqa: E402
@@ -91,16 +91,12 @@ def main():
         for (shape, _, B, L, H, qs, world), run in zip(shapes, runs):
             sets = n_sets(B, L)
             for side in ("cpp", "torch") if rnd % 2 == 0 else ("torch", "cpp"):
-                try:
-                    if side == "cpp":
-                        r = cpp.time(B=B, L=L, H=H, q=qs, world=world, sets=sets)
-                    else:
-                        r = torch_op(B, L, H, qs, world, sets, args.reps)
-                except FAILURES as e:
-                    print(f"{side} {shape}: {e!r}", file=sys.stderr, flush=True)
-                    r = {"error": repr(e)}
+                label = f"{side} {shape}"
+                if side == "cpp":
+                    r = timed_or_error(label, cpp.time, B=B, L=L, H=H, q=qs, world=world, sets=sets)
+                else:
+                    r = timed_or_error(label, torch_op, B, L, H, qs, world, sets, args.reps)
                 run[side].append(r)
-                torch.cuda.empty_cache()
         print(f"round {rnd}: done", file=sys.stderr, flush=True)
     cpp.close()
 

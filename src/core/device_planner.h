@@ -347,22 +347,20 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
     // requests are enough to pay for making it (a 64-bit division).
     struct Chunk {
       std::int64_t blocks;
-      bool by_multiplier;
-      rules::CeilDivider divider;
+      rules::CeilDivider divider;  // of blocks where by_multiplier
     };
     const bool by_multiplier = B >= 32;
     ex.segmented_sum(
         counts, B, starts_candidate,
         [&](std::int64_t k) {
           const std::int64_t c = split_chunk(k + 1);
-          return by_multiplier ? Chunk{c, true, rules::CeilDivider(c)}
-                               : Chunk{c, false, rules::CeilDivider()};
+          return Chunk{c, by_multiplier ? rules::CeilDivider(c) : rules::CeilDivider()};
         },
         [&](const Chunk& c, std::int64_t b) {
           const std::int64_t kv = s.kv_blocks[b];
-          const std::int64_t n = kv <= c.blocks    ? 1
-                                 : c.by_multiplier ? c.divider.ceil(kv)
-                                                   : rules::ceil_div(kv, c.blocks);
+          const std::int64_t n = kv <= c.blocks  ? 1
+                                 : by_multiplier ? c.divider.ceil(kv)
+                                                 : rules::ceil_div(kv, c.blocks);
           return rules::split_terms_of(n, s.tiles[b], s.q[b], H);
         },
         s.candidate_sums);
