@@ -200,11 +200,10 @@ Plan make_plan_into(const Batch& batch, const PlanConfig& config, const WorkItem
   std::int64_t items = 0;
   for (const Split& s : splits) items += in.tiles[s.request];
   WorkItem* out = sink(plan, items);
-  // With tiles of tile_pairs, an item's row and head steps are the same for every split: their
-  // divisions happen once, not once a split.
+  // An item's last row is floor(last pair / H): a multiply, so the items of a split are
+  // independent of each other.
+  const rules::CeilDivider rows_of(H);
   const std::int32_t fixed_step = std::int32_t(std::max(tile_pairs, 1));
-  const std::int32_t fixed_row_step = fixed_step / H, fixed_head_step = fixed_step % H;
-  const std::int32_t fixed_last_row = (fixed_step - 1) / H, fixed_last_head = (fixed_step - 1) % H;
   for (const std::uint64_t key : order) {
     const Split& s = splits[key & 0xffffffffu];
     const std::int32_t q = in.q[s.request];
@@ -212,20 +211,14 @@ Plan make_plan_into(const Batch& batch, const PlanConfig& config, const WorkItem
     const std::int32_t pairs = q * H;
     const std::int32_t* bounds = plan.row_local_bound.data() + row_begin;
     const std::int32_t kv_begin = s.kv_begin, kv_end = s.kv_end, partial = s.partial_row;
-    // The row of each item's last pair (pb + step - 1) advances by step / H rows and step % H
-    // heads an item: rules::visible_end without a division per item. Without tiles the one item
-    // holds all pairs.
-    const bool tiled = tile_pairs > 0;
-    const std::int32_t step = tiled ? fixed_step : pairs;
-    std::int32_t last_row = tiled ? fixed_last_row : q - 1;
-    std::int32_t last_head = tiled ? fixed_last_head : H - 1;
-    const std::int32_t row_step = tiled ? fixed_row_step : q,
-                       head_step = tiled ? fixed_head_step : 0;
+    // Without tiles the one item holds all pairs.
+    const std::int32_t step = tile_pairs > 0 ? fixed_step : pairs;
     // in.tiles is ceil(pairs / step); the items that hold a whole step:
     const auto tiles_of_request = std::int32_t(in.tiles[s.request]);
     const std::int32_t full_items =
         tiles_of_request * step == pairs ? tiles_of_request : tiles_of_request - 1;
     for (std::int32_t t = 0; t < full_items; ++t, ++out) {
+      const auto last_row = std::int32_t(rows_of.floor(t * step + step - 1));
       *out = {s.request,
               row_begin,
               t * step,
@@ -234,9 +227,6 @@ Plan make_plan_into(const Batch& batch, const PlanConfig& config, const WorkItem
               kv_end,
               rules::clamp_visible(bounds[last_row], kv_begin, kv_end),
               partial};
-      last_row += row_step;
-      last_head += head_step;
-      if (last_head >= H) last_head -= H, ++last_row;
     }
     const bool tail = full_items * step < pairs;
     if (tail) {

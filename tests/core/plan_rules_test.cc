@@ -35,6 +35,9 @@ TEST(PlanRules, CeilDividerMatchesDivisionAtTheEdges) {
     }
     ASSERT_EQ(divider.ceil(kMax), reference_ceil(kMax, d)) << "2^31 / " << d;
     ASSERT_EQ(divider.ceil(0), 0) << "0 / " << d;
+    for (const std::int64_t x : values) {
+      if (x < kMax) ASSERT_EQ(divider.floor(x), x / d) << "floor " << x << " / " << d;
+    }
   }
 }
 
@@ -50,6 +53,7 @@ TEST(PlanRules, CeilDividerMatchesDivisionOnRandomOperands) {
       const std::int64_t a = std::int64_t(rng() % std::uint64_t(kMax)) + 1;
       ASSERT_EQ(divider.ceil(a), reference_ceil(a, d)) << a << " / " << d;
       ASSERT_EQ(divider.ceil(a), ceil_div(a, d));
+      ASSERT_EQ(divider.floor(a - 1), (a - 1) / d) << "floor " << a - 1 << " / " << d;
     }
   }
 }
