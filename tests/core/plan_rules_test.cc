@@ -36,7 +36,9 @@ TEST(PlanRules, CeilDividerMatchesDivisionAtTheEdges) {
     ASSERT_EQ(divider.ceil(kMax), reference_ceil(kMax, d)) << "2^31 / " << d;
     ASSERT_EQ(divider.ceil(0), 0) << "0 / " << d;
     for (const std::int64_t x : values) {
-      if (x < kMax) ASSERT_EQ(divider.floor(x), x / d) << "floor " << x << " / " << d;
+      if (x < kMax) {
+        ASSERT_EQ(divider.floor(x), x / d) << "floor " << x << " / " << d;
+      }
     }
   }
 }
