@@ -328,7 +328,8 @@ struct Problem {
 // shared memory) timed the same way.
 nlohmann::json time_device_planning(Backend& backend, int sms, int reps, cudaStream_t s) {
   nlohmann::json out = nlohmann::json::array();
-  const Stats floor = time_calls([&] { launch_empty(256, 200 * 1024, s); }, reps, 5, s);
+  const Stats floor = time_calls(
+      [&] { check(launch_empty(256, 200 * 1024, s), "empty kernel launch"); }, reps, 5, s);
   fmt::print("device_planning empty launch: {:.2f} us median, {:.2f} us min\n", floor.median_us,
              floor.min_us);
   out.push_back({{"group", "device_planning"},

@@ -1,8 +1,3 @@
-#include <cuda_runtime.h>
-
-#include <stdexcept>
-#include <string>
-
 #include "launch_floor.cuh"
 
 namespace dcpmla::bench {
@@ -10,23 +5,19 @@ namespace {
 
 __global__ void empty_kernel() {}
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
 }  // namespace
 
-void launch_empty(int threads, std::size_t smem_bytes, void* stream) {
+cudaError_t launch_empty(int threads, std::size_t smem_bytes, cudaStream_t stream) {
   // Once: the timed launches should cost the host no more than the planner's do.
   static std::size_t allowed = 0;
   if (smem_bytes > allowed) {
-    check(cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               int(smem_bytes)),
-          "empty kernel's shared memory");
+    const cudaError_t e = cudaFuncSetAttribute(
+        empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
+    if (e != cudaSuccess) return e;
     allowed = smem_bytes;
   }
-  empty_kernel<<<1, threads, smem_bytes, static_cast<cudaStream_t>(stream)>>>();
-  check(cudaGetLastError(), "empty kernel launch");
+  empty_kernel<<<1, threads, smem_bytes, stream>>>();
+  return cudaGetLastError();
 }
 
 }  // namespace dcpmla::bench

@@ -20,7 +20,6 @@
 //                              others untouched
 //   exclusive_scans<K>(n, f, out)  out.out[j][i] = sum over i' < i of f(i').v[j] (out.out[j]
 //                              may be null); returns the totals
-//   exclusive_scan(n, f, out)  the same for one value
 //   sort(keys, n)              ascending
 #pragma once
 
@@ -83,25 +82,13 @@ DCPMLA_HD std::int64_t sort_capacity(std::int64_t requests, std::int64_t work_it
   while (p < n) p *= 2;
   return p;
 }
-// Bytes of scratch and the pointers into it.
-DCPMLA_HD std::size_t scratch_bytes(std::int64_t requests, std::int64_t work_items,
-                                    std::int64_t max_candidates = kMaxCandidates) {
-  const std::size_t r = std::size_t(requests), m = std::size_t(max_candidates);
-  return align16(r * 4) * 4 + align16(r * 8) * 7 +
-         align16(std::size_t(sort_capacity(requests, work_items)) * 8) +
-         align16(std::size_t(work_items) * 8) + align16(std::size_t(work_items) * 4) * 2 +
-         align16(2 * m * 8) + align16(m * 8);
-}
-DCPMLA_HD Scratch scratch_view(std::byte* p, std::int64_t requests, std::int64_t work_items,
-                               std::int64_t max_candidates = kMaxCandidates) {
+// The scratch's arrays in order: take(bytes) gives each one's start (16-byte aligned).
+template <class Take>
+DCPMLA_HD Scratch scratch_arrays(std::int64_t requests, std::int64_t work_items,
+                                 std::int64_t max_candidates, Take&& take) {
   const std::size_t r = std::size_t(requests), m = std::size_t(max_candidates);
   Scratch s;
   s.max_candidates = max_candidates;
-  auto take = [&](std::size_t bytes) {
-    std::byte* q = p;
-    p += align16(bytes);
-    return q;
-  };
   s.q = reinterpret_cast<std::int32_t*>(take(r * 4));
   s.local = reinterpret_cast<std::int32_t*>(take(r * 4));
   s.start = reinterpret_cast<std::int32_t*>(take(r * 4));
@@ -121,6 +108,24 @@ DCPMLA_HD Scratch scratch_view(std::byte* p, std::int64_t requests, std::int64_t
   s.candidate_sums = reinterpret_cast<std::int64_t*>(take(2 * m * 8));
   s.costs = reinterpret_cast<std::uint64_t*>(take(m * 8));
   return s;
+}
+// Bytes of scratch and the pointers into it.
+DCPMLA_HD std::size_t scratch_bytes(std::int64_t requests, std::int64_t work_items,
+                                    std::int64_t max_candidates = kMaxCandidates) {
+  std::size_t bytes = 0;
+  scratch_arrays(requests, work_items, max_candidates, [&](std::size_t n) -> std::byte* {
+    bytes += align16(n);
+    return nullptr;
+  });
+  return bytes;
+}
+DCPMLA_HD Scratch scratch_view(std::byte* p, std::int64_t requests, std::int64_t work_items,
+                               std::int64_t max_candidates = kMaxCandidates) {
+  return scratch_arrays(requests, work_items, max_candidates, [&](std::size_t n) {
+    std::byte* q = p;
+    p += align16(n);
+    return q;
+  });
 }
 
 // The last index k < n with first[k] <= x, for first[0] <= x and first ascending: the range of
@@ -197,6 +202,15 @@ struct ScanOutputs {
   std::int64_t* out[K];
 };
 
+// exclusive_scans for one value: out[i] = sum over i' < i of f(i'); returns the total.
+template <class Exec, class F>
+DCPMLA_HD std::int64_t exclusive_scan(Exec& ex, std::int64_t n, F&& f, std::int64_t* out) {
+  return ex
+      .template exclusive_scans<1>(
+          n, [&](std::int64_t i) { return Sums<1>{{f(i)}}; }, ScanOutputs<1>{{out}})
+      .v[0];
+}
+
 // What the request step folds: the first fault, the longest local KV in blocks, the work items
 // of the batch unsplit.
 struct RequestFold {
@@ -228,8 +242,8 @@ DCPMLA_HD bool tail_cut(Exec& ex, const DeviceBatchArgs& a, const Scratch& s, st
   ex.parallel(B, [&](std::int64_t b) { s.keys[b] = rules::order_key(s.kv_blocks[b], b); });
   ex.sort(s.keys, B);
   auto request = [&](std::int64_t k) { return std::int64_t(s.keys[k] & 0xffffffffu); };
-  ex.exclusive_scan(
-      B, [&](std::int64_t k) { return s.tiles[request(k)]; }, s.position);
+  exclusive_scan(
+      ex, B, [&](std::int64_t k) { return s.tiles[request(k)]; }, s.position);
   const std::int64_t waves = rules::ceil_div(total, S);
   const std::int64_t tail_start = (waves - 1) * S;
   // The sorted request holding work item x (positions ascend).
@@ -442,8 +456,8 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
   ex.sort(s.keys, num_splits);
 
   auto sorted_index = [&](std::int64_t k) { return std::int64_t(s.keys[k] & 0xffffffffu); };
-  ex.exclusive_scan(
-      num_splits, [&](std::int64_t k) { return s.tiles[s.split_request[sorted_index(k)]]; },
+  exclusive_scan(
+      ex, num_splits, [&](std::int64_t k) { return s.tiles[s.split_request[sorted_index(k)]]; },
       s.item_first);
   // Work items. A split's values, read once, and the item of pairs [pb, pb + np) of it.
   struct SplitView {
@@ -511,7 +525,7 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
     });
     // Many items: H's multiplier, made once, instead of a division an item.
     const rules::CeilDivider heads(H);
-    auto row_of = [&](std::int64_t p) { return heads.ceil(p + 1) - 1; };
+    auto row_of = [&](std::int64_t p) { return heads.floor(p); };
     ex.parallel(items, [&](std::int64_t x) {
       const std::int64_t k = s.item_split[x];
       write_item(split_view(k), x - s.item_first[k], x, row_of);

@@ -79,12 +79,8 @@ DCPMLA_HD std::int64_t local_len(std::int64_t L, int world, int rank, int interl
   const std::int64_t span = std::int64_t(world) * interleave;
   std::int64_t whole, rem;
   if ((span & (span - 1)) == 0) {  // W x I a power of two (the usual case): shifts
-#ifdef __CUDA_ARCH__
-    const int shift = __popcll(std::uint64_t(span - 1));
-#else
-    // Trailing zeros: one instruction on any x86-64 (a popcount without -mpopcnt is a call).
-    const int shift = __builtin_ctzll(std::uint64_t(span));
-#endif
+    // One instruction on either side (a popcount without -mpopcnt is a library call).
+    const int shift = 63 - count_leading_zeros(std::uint64_t(span));
     whole = L >> shift;
     rem = L & (span - 1);
   } else {

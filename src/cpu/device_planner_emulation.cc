@@ -74,13 +74,6 @@ struct SerialExecutor {
     }
     return total;
   }
-  template <class F>
-  std::int64_t exclusive_scan(std::int64_t n, F&& f, std::int64_t* out) {
-    return exclusive_scans<1>(
-               n, [&](std::int64_t i) { return planner::Sums<1>{{f(i)}}; },
-               planner::ScanOutputs<1>{{out}})
-        .v[0];
-  }
   void sort(std::uint64_t* keys, std::int64_t n) { std::sort(keys, keys + n); }
 };
 

@@ -213,13 +213,6 @@ struct GpuExecutor {
     __syncthreads();
     return carry;
   }
-  template <class F>
-  __device__ std::int64_t exclusive_scan(std::int64_t n, F&& f, std::int64_t* out) {
-    return exclusive_scans<1>(
-               n, [&](std::int64_t i) { return planner::Sums<1>{{f(i)}}; },
-               planner::ScanOutputs<1>{{out}})
-        .v[0];
-  }
   // Bitonic sort of keys[0, n), padded to a power of two with the largest key: in place when
   // the keys are in shared memory (room for the padding: sort_capacity), else through `sorted`.
   // Partners closer than a warp (j < 32) exchange through shuffles: one barrier per merge level
