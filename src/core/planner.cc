@@ -213,12 +213,13 @@ Plan make_plan_into(const Batch& batch, const PlanConfig& config, const WorkItem
     const std::int32_t kv_begin = s.kv_begin, kv_end = s.kv_end, partial = s.partial_row;
     // Without tiles the one item holds all pairs.
     const std::int32_t step = tile_pairs > 0 ? fixed_step : pairs;
-    // in.tiles is ceil(pairs / step); the items that hold a whole step:
-    const auto tiles_of_request = std::int32_t(in.tiles[s.request]);
-    const std::int32_t full_items =
-        tiles_of_request * step == pairs ? tiles_of_request : tiles_of_request - 1;
+    // in.tiles is ceil(pairs / step); the items that hold a whole step. In int64: a step near
+    // pairs / 2 with pairs near 2^31 puts tiles x step past int32.
+    const std::int64_t tiles_of_request = in.tiles[s.request];
+    const auto full_items =
+        std::int32_t(tiles_of_request * step == pairs ? tiles_of_request : tiles_of_request - 1);
     for (std::int32_t t = 0; t < full_items; ++t, ++out) {
-      const auto last_row = std::int32_t(rows_of.floor(t * step + step - 1));
+      const auto last_row = std::int32_t(rows_of.floor(std::int64_t(t) * step + step - 1));
       *out = {s.request,
               row_begin,
               t * step,
