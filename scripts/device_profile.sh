@@ -4,8 +4,8 @@
 # shared-memory, warp-stall and L2 sections, and how much of the KV reads the L2's request
 # coalescer merged (requests of several SMs for the same sectors answered by one L2 lookup), in
 # $OUT/profile-<n>.txt. A shape is group:index (the index-th shape of that benchmark group;
-# default: a compute-bound and the memory-bound FlashMLA shape) or B,L,H,Q (a uniform bf16
-# shape). With FLASHMLA_DIR (a FlashMLA tree whose dense decode extension is built, see
+# default: a compute-bound and the memory-bound FlashMLA shape), B,L,H,Q (a uniform bf16
+# shape) or plan:B (the GPU planner's batch of B requests, with DCPMLA_PROFILE_KERNEL=plan_kernel). With FLASHMLA_DIR (a FlashMLA tree whose dense decode extension is built, see
 # bench/gpu/vs_flashmla.py) each B,L,H,Q shape is profiled in FlashMLA's dense decode as well
 # (bench/gpu/flashmla_calls.py), into $OUT/profile-<n>-flashmla.txt, with the same sections.
 # With DCPMLA_PROFILE_SOURCE=1 the source-counter section is collected too and the
@@ -13,7 +13,7 @@
 # DCPMLA_PROFILE_KERNEL overrides the kernel-name regular expression (default: every kernel whose
 # name contains "decode").
 #
-#   run: [FLASHMLA_DIR=DIR] scripts/device_profile.sh [group:index | B,L,H,Q]...
+#   run: [FLASHMLA_DIR=DIR] scripts/device_profile.sh [group:index | B,L,H,Q | plan:B]...
 #        (after scripts/device_gpu.sh)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -53,6 +53,8 @@ for spec in "${shapes[@]}"; do
   n=$((n + 1))
   if [[ $spec == *,* ]]; then
     shape_args=(--shape "$spec")
+  elif [[ $spec == plan:* ]]; then
+    shape_args=(--filter device_planning --planning-requests "${spec#plan:}")
   else
     shape_args=(--filter "${spec%%:*}" --index "${spec##*:}")
   fi

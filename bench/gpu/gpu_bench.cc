@@ -20,6 +20,9 @@
 #include <utility>
 #include <vector>
 
+#ifdef DCPMLA_PLAN_STAMPS
+#include "cuda/kernels.h"
+#endif
 #include "dcpmla/cuda_backend.h"
 #include "dcpmla/error.h"
 #include "dcpmla/plan.h"
@@ -328,7 +331,8 @@ struct Problem {
 // shared memory) timed the same way. Each is also timed as 20 calls captured in one CUDA graph
 // (graph_us, per call): an engine's captured step launches it so, and the events and the launch
 // from the host, which the single call's time includes, are then off it.
-nlohmann::json time_device_planning(Backend& backend, int sms, int reps, cudaStream_t s) {
+nlohmann::json time_device_planning(Backend& backend, int sms, int reps,
+                                    const std::vector<int>& planning_requests, cudaStream_t s) {
   nlohmann::json out = nlohmann::json::array();
   constexpr int kPerGraph = 20;
   auto graph_us = [&](auto&& call) -> nlohmann::json {
@@ -350,7 +354,7 @@ nlohmann::json time_device_planning(Backend& backend, int sms, int reps, cudaStr
                  {"p90_us", floor.p90_us},
                  {"graph_us", floor_graph}});
   std::mt19937_64 rng(28);
-  for (const int B : {1, 256, 1024}) {
+  for (const int B : planning_requests) {
     Batch batch;
     batch.query_start_loc = {0};
     for (int b = 0; b < B; ++b) {
@@ -372,6 +376,22 @@ nlohmann::json time_device_planning(Backend& backend, int sms, int reps, cudaStr
     const Stats st = time_calls(call, reps, 5, s);
     const nlohmann::json in_graph = graph_us(call);
     const bool ok = schedule.status(s).ok();
+    nlohmann::json stamps = nlohmann::json::array();
+#ifdef DCPMLA_PLAN_STAMPS
+    // One more call: each step's kind and its cycles since the step before.
+    call();
+    const std::vector<cuda::PlanStamp> steps = cuda::read_plan_stamps(s);
+    std::string line;
+    for (std::size_t i = 1; i < steps.size(); ++i) {
+      const auto cycles = std::int64_t(steps[i].clock - steps[i - 1].clock);
+      stamps.push_back({std::string(1, steps[i].kind), cycles});
+      line += fmt::format(" {}{}", steps[i].kind, cycles);
+    }
+    if (!steps.empty()) {
+      fmt::print("device_planning B {} steps (cycles, {} in all):{}\n", B,
+                 steps.back().clock - steps.front().clock, line);
+    }
+#endif
     fmt::print(
         "device_planning B {:>5} W 8 H 128: {:.2f} us median, {:.2f} us min, {} us a call "
         "in a graph{}\n",
@@ -386,6 +406,7 @@ nlohmann::json time_device_planning(Backend& backend, int sms, int reps, cudaStr
                    {"p90_us", st.p90_us},
                    {"graph_us", in_graph},
                    {"ok", ok}});
+    if (!stamps.empty()) out.back()["step_cycles"] = stamps;
   }
   return out;
 }
@@ -563,6 +584,10 @@ int main(int argc, char** argv) {
   app.add_option("--filter", filter, "only shapes whose group contains this");
   app.add_option("--index", index, "only the index-th shape (from 0) that passes the filter");
   app.add_option("--reps", reps, "timed calls per shape (>= 100 for reported numbers)");
+  std::vector<int> planning_requests{1, 256, 1024};
+  app.add_option("--planning-requests", planning_requests,
+                 "batch sizes of the device_planning group")
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--kv-chunk-blocks", kv_chunk_blocks,
                  "KV blocks per work item instead of the planner's split (experiments)")
       ->check(CLI::NonNegativeNumber);
@@ -695,7 +720,8 @@ int main(int argc, char** argv) {
       write();
     }
     if (filter.empty() || std::string("device_planning").find(filter) != std::string::npos) {
-      nlohmann::json planning = time_device_planning(*backend, prop.multiProcessorCount, reps, s);
+      nlohmann::json planning =
+          time_device_planning(*backend, prop.multiProcessorCount, reps, planning_requests, s);
       for (auto& r : planning) results.push_back(r);
       write();
     }

@@ -20,7 +20,7 @@
 //                              others untouched
 //   exclusive_scans<K>(n, f, out)  out.out[j][i] = sum over i' < i of f(i').v[j] (out.out[j]
 //                              may be null); returns the totals
-//   sort(keys, n)              ascending
+//   sort(keys, n)              ascending (the keys are distinct)
 #pragma once
 
 #include <cstdint>
@@ -46,21 +46,22 @@ struct DeviceBatchArgs {
 
 // Scratch of the planner inside the schedule (ScheduleLayout::scratch), sized for a capacity.
 struct Scratch {
-  std::int32_t* q;               // [requests]
-  std::int32_t* local;           // [requests] local KV tokens
-  std::int32_t* start;           // [requests] query_start_loc, read once from the batch
-  std::int32_t* total;           // [requests] seq_lens (global T)
-  std::int64_t* kv_blocks;       // [requests]
-  std::int64_t* tiles;           // [requests] work items a split of the request needs
-  std::int64_t* chunk;           // [requests] chunk in blocks (the last-wave cut only)
-  std::int64_t* split_first;     // [requests] first split index
-  std::int64_t* partial_first;   // [requests]
-  std::int64_t* merge_first;     // [requests]
-  std::int64_t* position;        // [requests] (tail cut) first work item in request order
-  std::uint64_t* keys;           // [sort_capacity]
-  std::int64_t* item_first;      // [work_items] first work item of each split, launch order
-  std::int32_t* split_request;   // [work_items] the request of each split (request order)
-  std::int32_t* item_split;      // [work_items] the split (launch order) of each work item
+  std::int32_t* q;              // [requests]
+  std::int32_t* local;          // [requests] local KV tokens
+  std::int32_t* start;          // [requests] query_start_loc, read once from the batch
+  std::int32_t* total;          // [requests] seq_lens (global T)
+  std::int64_t* kv_blocks;      // [requests]
+  std::int64_t* tiles;          // [requests] work items a split of the request needs
+  std::int64_t* chunk;          // [requests] chunk in blocks (the last-wave cut only)
+  std::int64_t* split_first;    // [requests] first split index
+  std::int64_t* partial_first;  // [requests]
+  std::int64_t* merge_first;    // [requests]
+  std::int64_t* position;       // [requests] (tail cut) first work item in request order
+  std::uint64_t* keys;          // [sort_capacity]
+  std::int64_t* item_first;     // [work_items] first work item of each split, launch order
+  std::int32_t* split_request;  // [work_items] the request of each split (request order)
+  // [work_items] each work item's split (request-order index, high 32 bits) and its place in it
+  std::uint64_t* item_split;
   std::int64_t* candidate_sums;  // [2 * max_candidates]: work items, split pairs a split count
   std::uint64_t* costs;          // [max_candidates]: each split count's chunk_cost (~0: none)
   std::int64_t max_candidates;
@@ -77,10 +78,9 @@ DCPMLA_HD std::size_t align16(std::size_t n) {
   return (n + 15) / 16 * 16;
 }
 DCPMLA_HD std::int64_t sort_capacity(std::int64_t requests, std::int64_t work_items) {
-  std::int64_t n = requests > work_items ? requests : work_items;
-  std::int64_t p = 1;
-  while (p < n) p *= 2;
-  return p;
+  const std::int64_t n = requests > work_items ? requests : work_items;
+  // The least power of two >= n (a loop here was ~100 instructions of each GPU planner launch).
+  return n <= 1 ? 1 : std::int64_t(1) << (64 - rules::count_leading_zeros(std::uint64_t(n - 1)));
 }
 // The scratch's arrays in order: take(bytes) gives each one's start (16-byte aligned).
 template <class Take>
@@ -104,7 +104,7 @@ DCPMLA_HD Scratch scratch_arrays(std::int64_t requests, std::int64_t work_items,
       reinterpret_cast<std::uint64_t*>(take(std::size_t(sort_capacity(requests, work_items)) * 8));
   s.item_first = reinterpret_cast<std::int64_t*>(take(std::size_t(work_items) * 8));
   s.split_request = reinterpret_cast<std::int32_t*>(take(std::size_t(work_items) * 4));
-  s.item_split = reinterpret_cast<std::int32_t*>(take(std::size_t(work_items) * 4));
+  s.item_split = reinterpret_cast<std::uint64_t*>(take(std::size_t(work_items) * 8));
   s.candidate_sums = reinterpret_cast<std::int64_t*>(take(2 * m * 8));
   s.costs = reinterpret_cast<std::uint64_t*>(take(m * 8));
   return s;
@@ -146,12 +146,33 @@ DCPMLA_HD std::uint64_t fault_word(std::int64_t request, ScheduleFault f) {
   return (std::uint64_t(request + 1) << 8) | std::uint64_t(f);
 }
 
+// The schedule's work items are 16-byte aligned (schedule_layout): on the GPU an item is two
+// 16-byte stores rather than eight of 4 bytes.
+DCPMLA_HD void store_item(WorkItem* dst, const WorkItem& w) {
+#ifdef __CUDA_ARCH__
+  auto* d = reinterpret_cast<int4*>(dst);
+  d[0] = make_int4(w.request, w.row_begin, w.pair_begin, w.num_pairs);
+  d[1] = make_int4(w.kv_begin, w.kv_end, w.kv_visible_end, w.partial_row);
+#else
+  *dst = w;
+#endif
+}
+
+// A request's entries of the batch, read once: its query rows [start, end) and T.
+struct RequestInput {
+  std::int64_t start, end, total;
+};
+DCPMLA_HD RequestInput request_input(const DeviceBatchArgs& a, std::int64_t b) {
+  return {a.query_start_loc[b], a.query_start_loc[b + 1], a.seq_lens[b]};
+}
+
 // The first rule request b breaks, or kNoFault.
-DCPMLA_HD std::uint64_t request_fault(const DeviceBatchArgs& a, std::int64_t b) {
-  const std::int64_t start = a.query_start_loc[b], end = a.query_start_loc[b + 1];
+DCPMLA_HD std::uint64_t request_fault(const DeviceBatchArgs& a, std::int64_t b,
+                                      const RequestInput& in) {
+  const std::int64_t start = in.start, end = in.end;
   if (b == 0 && start != 0) return fault_word(b, ScheduleFault::first_start_not_zero);
   if (end - start < 1) return fault_word(b, ScheduleFault::query_not_increasing);
-  const std::int64_t T = a.seq_lens[b];
+  const std::int64_t T = in.total;
   if (T < end - start) return fault_word(b, ScheduleFault::length_below_query);
   if (b == a.num_requests - 1 && end > a.num_tokens) {
     return fault_word(b, ScheduleFault::rows_over_capacity);
@@ -315,10 +336,13 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
         RequestFold r;
         if (i >= B) return r;
         const std::int64_t b = i;
-        r.fault = request_fault(a, b);
+        // Read once: the scratch and row-bound writes below could alias the batch for the
+        // compiler, which would then read it again after each.
+        const RequestInput in = request_input(a, b);
+        r.fault = request_fault(a, b, in);
         if (r.fault != kNoFault) return r;
-        const std::int64_t start = a.query_start_loc[b];
-        const std::int64_t Q = a.query_start_loc[b + 1] - start, T = a.seq_lens[b];
+        const std::int64_t start = in.start;
+        const std::int64_t Q = in.end - start, T = in.total;
         const std::int64_t local = rules::local_len(T, a.world, a.rank, a.interleave);
         s.q[b] = std::int32_t(Q);
         s.local[b] = std::int32_t(local);
@@ -358,12 +382,17 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
     };
     const std::int64_t counts = 2 * std::int64_t(a.workers);
     // A candidate's chunk divides every request's blocks: by a multiplier made once, where the
-    // requests are enough to pay for making it (a 64-bit division).
+    // requests are enough to pay for making it (a 64-bit division on the host; on the GPU always,
+    // so that the sum's loop has no branch).
     struct Chunk {
       std::int64_t blocks;
       rules::CeilDivider divider;  // of blocks where by_multiplier
     };
+#ifdef __CUDA_ARCH__
+    constexpr bool by_multiplier = true;
+#else
     const bool by_multiplier = B >= 32;
+#endif
     ex.segmented_sum(
         counts, B, starts_candidate,
         [&](std::int64_t k) {
@@ -461,75 +490,84 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
       s.item_first);
   // Work items. A split's values, read once, and the item of pairs [pb, pb + np) of it.
   struct SplitView {
-    std::int64_t b, Q, start, T, pairs, step;
+    std::int64_t b, Q, start, T;
+    std::int32_t pairs, step;  // a request's pairs fit 31 bits (make_plan checks Q x H)
     std::int32_t begin, end, partial;
   };
-  auto split_view = [&](std::int64_t k) {
-    const std::int64_t index = sorted_index(k);
+  // The split of request-order index `index`.
+  auto split_view = [&](std::int64_t index) {
     const std::int64_t b = s.split_request[index], i = index - s.split_first[b];
     const std::int64_t Q = s.q[b], chunk_tokens = chunk_of(b) * a.block_size;
+    const auto pairs = std::int32_t(Q * H);
     return SplitView{b,
                      Q,
                      s.start[b],
                      s.total[b],
-                     Q * H,
-                     a.tile_pairs > 0 ? a.tile_pairs : Q * H,
+                     pairs,
+                     a.tile_pairs > 0 ? std::int32_t(a.tile_pairs) : pairs,
                      std::int32_t(i * chunk_tokens),
                      std::int32_t(rules::min64(s.local[b], (i + 1) * chunk_tokens)),
                      scanned_splits(b) > 1 ? std::int32_t(s.partial_first[b] + i * Q) : -1};
   };
-  // row_of(p): the row of pair p, p / H.
-  auto write_item = [&](const SplitView& sv, std::int64_t x, std::int64_t item,
-                        const auto& row_of) {
-    const std::int64_t pb = x * sv.step;
-    const std::int64_t np = rules::min64(sv.step, sv.pairs - pb);
+  // row_of(p): the row of pair p, p / H; local_len_of(L): the rank's share of L < 2^31.
+  auto write_item = [&](const SplitView& sv, std::int32_t x, std::int64_t item, const auto& row_of,
+                        const auto& local_len_of) {
+    const std::int32_t pb = x * sv.step;
+    const std::int32_t np = sv.step < sv.pairs - pb ? sv.step : sv.pairs - pb;
     // The bound of the item's last row, from the rules (the schedule's copy is in global memory
-    // that an earlier step wrote).
+    // that an earlier step wrote): row_local_bound of a causal row.
     const std::int64_t last_row = row_of(pb + np - 1);
-    const auto last_bound = std::int32_t(
-        rules::row_local_bound(sv.T, sv.Q, last_row, false, a.world, a.rank, a.interleave));
-    v.items[item] = {std::int32_t(sv.b),
-                     std::int32_t(sv.start),
-                     std::int32_t(pb),
-                     std::int32_t(np),
-                     sv.begin,
-                     sv.end,
-                     rules::clamp_visible(last_bound, sv.begin, sv.end),
-                     sv.partial};
+    const auto last_bound = std::int32_t(local_len_of(sv.T - (sv.Q - 1 - last_row)));
+    store_item(&v.items[item],
+               {std::int32_t(sv.b), std::int32_t(sv.start), pb, np, sv.begin, sv.end,
+                rules::clamp_visible(last_bound, sv.begin, sv.end), sv.partial});
   };
   // With threads to spare (few splits: a small batch), 2^group_log2 threads a split, each
   // writing every 2^group_log2-th item of it; otherwise one thread an item, which reads its split
-  // from a map that a thread a split writes first (a search of item_first was a quarter of the
-  // GPU planner's time at 256 requests).
+  // and its place in it from a map that a thread a split writes first (a search of item_first
+  // was a quarter of the GPU planner's time at 256 requests).
   int group_log2 = 0;
   while (num_splits > 0 && (num_splits << (group_log2 + 1)) <= ex.threads()) ++group_log2;
   if (group_log2 > 0) {
     const std::int64_t group = std::int64_t(1) << group_log2;
     ex.parallel(num_splits << group_log2, [&](std::int64_t t) {
       const std::int64_t k = t >> group_log2;
-      const SplitView sv = split_view(k);
+      const SplitView sv = split_view(sorted_index(k));
       const std::int64_t count = s.tiles[sv.b];
-      // A request's pairs fit 31 bits (make_plan checks Q x H): a 32-bit division.
-      auto row_of = [&](std::int64_t p) {
+      auto row_of = [&](std::int32_t p) {
         return std::int64_t(std::uint32_t(p) / std::uint32_t(H));
       };
+      auto local_len_of = [&](std::int64_t L) {
+        return rules::local_len(L, a.world, a.rank, a.interleave);
+      };
       for (std::int64_t x = t & (group - 1); x < count; x += group) {
-        write_item(sv, x, s.item_first[k] + x, row_of);
+        write_item(sv, std::int32_t(x), s.item_first[k] + x, row_of, local_len_of);
       }
     });
   } else {
     ex.parallel(num_splits, [&](std::int64_t k) {
       const std::int64_t first = s.item_first[k];
       const std::int64_t count = (k + 1 < num_splits ? s.item_first[k + 1] : items) - first;
-      for (std::int64_t x = 0; x < count; ++x) s.item_split[first + x] = std::int32_t(k);
+      const std::uint64_t index = std::uint64_t(sorted_index(k)) << 32;
+      for (std::int64_t x = 0; x < count; ++x) s.item_split[first + x] = index | std::uint64_t(x);
     });
-    // Many items: H's multiplier, made once, instead of a division an item.
+    // Many items: multipliers of H and of the sharding, made once, instead of divisions (and a
+    // branch) an item, so that the items' loop body is one block whose iterations overlap.
     const rules::CeilDivider heads(H);
-    auto row_of = [&](std::int64_t p) { return heads.floor(p); };
-    ex.parallel(items, [&](std::int64_t x) {
-      const std::int64_t k = s.item_split[x];
-      write_item(split_view(k), x - s.item_first[k], x, row_of);
-    });
+    auto row_of = [&](std::int32_t p) { return heads.floor(p); };
+    auto write_items = [&](const auto& local_len_of) {
+      ex.parallel(items, [&](std::int64_t x) {
+        const std::uint64_t e = s.item_split[x];
+        write_item(split_view(std::int64_t(e >> 32)), std::int32_t(e & 0xffffffffu), x, row_of,
+                   local_len_of);
+      });
+    };
+    if (rules::LocalLen::fits(a.world, a.interleave)) {
+      write_items(rules::LocalLen(a.world, a.rank, a.interleave));
+    } else {
+      write_items(
+          [&](std::int64_t L) { return rules::local_len(L, a.world, a.rank, a.interleave); });
+    }
   }
   ex.serial([&] {
     ScheduleHeader& h = *v.header;

@@ -42,6 +42,16 @@ DCPMLA_HD int count_leading_zeros(std::uint64_t x) {
 #endif
 }
 
+// floor(2^s / d) for a quotient below 2^32 (s <= 62, d >= 1), by a double quotient: correctly
+// rounded, it lies within an ulp (2^-20 at 2^32) of the exact one, so its floor is the exact floor
+// or one above it, which one product tells.
+DCPMLA_HD std::uint64_t floor_pow2_over_by_double(int s, std::int64_t d) {
+  const std::uint64_t n = std::uint64_t(1) << s;
+  auto q = std::uint64_t(double(n) / double(d));
+  if (q * std::uint64_t(d) > n) --q;
+  return q;
+}
+
 // Ceiling (and floor) division of many dividends by one divisor without a divide instruction (the
 // host planner evaluates every request against every candidate chunk): x / d = (x m) >> s for x <
 // 2^31 with m = floor(2^(31 + l) / d) + 1, l = ceil(log2 d) (Granlund and Montgomery, 1994), so m
@@ -55,15 +65,20 @@ struct CeilDivider {
   DCPMLA_HD explicit CeilDivider(std::int64_t d) : divisor(d) {
     const int l = d > 1 ? 64 - count_leading_zeros(std::uint64_t(d - 1)) : 0;
     shift = 31 + l;
+#ifdef __CUDA_ARCH__
+    // The GPU has no 64-bit divide instruction (its routine is ~100 dependent instructions).
+    magic = floor_pow2_over_by_double(shift, d) + 1;
+#else
     magic = ((std::uint64_t(1) << shift) / std::uint64_t(d)) + 1;
+#endif
   }
-  // floor(x / d) for x in [0, 2^31).
+  // floor(x / d) for x in [0, 2^31). x and m fit 32 bits: one 32 x 32 -> 64-bit multiply.
   DCPMLA_HD std::int64_t floor(std::int64_t x) const {
-    return std::int64_t((std::uint64_t(x) * magic) >> shift);
+    return std::int64_t((std::uint64_t(std::uint32_t(x)) * std::uint32_t(magic)) >> shift);
   }
   // ceil(a / d) for a in [0, 2^31].
   DCPMLA_HD std::int64_t ceil(std::int64_t a) const {
-    return a > 0 ? std::int64_t((std::uint64_t(a - 1) * magic) >> shift) + 1 : 0;
+    return a > 0 ? floor(a - 1) + 1 : 0;
   }
 };
 
@@ -89,6 +104,24 @@ DCPMLA_HD std::int64_t local_len(std::int64_t L, int world, int rank, int interl
   }
   return whole * interleave + min64(max64(rem - std::int64_t(rank) * interleave, 0), interleave);
 }
+
+// local_len of one sharding for L in [0, 2^31) by a multiplier: no branch and no division, for
+// the GPU planner's loops over work items. W x I below 2^31 (fits()).
+struct LocalLen {
+  CeilDivider span;
+  std::int64_t interleave, first;  // first: rank x I
+  DCPMLA_HD static bool fits(int world, int interleave) {
+    return std::int64_t(world) * interleave < (std::int64_t(1) << 31);
+  }
+  DCPMLA_HD LocalLen(int world, int rank, int interleave)
+      : span(std::int64_t(world) * interleave),
+        interleave(interleave),
+        first(std::int64_t(rank) * interleave) {}
+  DCPMLA_HD std::int64_t operator()(std::int64_t L) const {
+    const std::int64_t whole = span.floor(L), rem = L - whole * span.divisor;
+    return whole * interleave + min64(max64(rem - first, 0), interleave);
+  }
+};
 
 // Work items (thread blocks) a request split of Q rows needs: one per tile_pairs pairs.
 DCPMLA_HD std::int64_t tiles_per_split(std::int64_t q, int num_heads, int tile_pairs) {

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "cuda/decode/launch_plan.h"
 #include "cuda/kernel_selection.h"
@@ -27,6 +28,17 @@ void plan_on_device(Schedule& schedule, const DeviceBatchRef& batch, std::int64_
 // Whether that planner keeps its scratch in shared memory for this schedule (else in the
 // schedule's own scratch, in global memory).
 bool plans_in_shared_memory(const Schedule& schedule);
+#ifdef DCPMLA_PLAN_STAMPS
+// The planner's last launch, built with DCPMLA_PLAN_STAMPS: after each block-wide step, its kind
+// (b begin, p parallel, s serial, f fold, r reduce, g segmented sum, x scan, o sort, e end) and
+// the SM clock.
+inline constexpr int kMaxPlanStamps = 256;
+struct PlanStamp {
+  char kind;
+  std::uint64_t clock;
+};
+std::vector<PlanStamp> read_plan_stamps(cudaStream_t s);
+#endif
 
 // Where a decode writes its final rows (output_rows.cuh has the device side). Plain: O of item
 // (row * H + h) at out[item * 512 ...] (f32 or bf16) and its LSE at lse[item]. Packed (DecodeArgs

@@ -60,6 +60,54 @@ TEST(PlanRules, CeilDividerMatchesDivisionOnRandomOperands) {
   }
 }
 
+// The GPU makes CeilDivider's multiplier from a double quotient: the same as the host's integer
+// division for every divisor's shift, at the edges of each bit length and on random divisors.
+TEST(PlanRules, DoubleQuotientMatchesDivision) {
+  auto check = [](std::int64_t d) {
+    const int l = d > 1 ? 64 - count_leading_zeros(std::uint64_t(d - 1)) : 0;
+    const int s = 31 + l;
+    ASSERT_EQ(floor_pow2_over_by_double(s, d), (std::uint64_t(1) << s) / std::uint64_t(d))
+        << "2^" << s << " / " << d;
+    ASSERT_LT(floor_pow2_over_by_double(s, d) + 1, std::uint64_t(1) << 32) << d;
+  };
+  for (int bits = 0; bits < 31; ++bits) {
+    const std::int64_t p = std::int64_t(1) << bits;
+    for (const std::int64_t d : {p - 1, p, p + 1, 3 * p / 2, 2 * p - 1}) {
+      if (d >= 1 && d < (std::int64_t(1) << 31)) check(d);
+    }
+  }
+  std::mt19937_64 rng(37);
+  for (int i = 0; i < 200000; ++i) {
+    check(std::int64_t(rng() % ((std::uint64_t(1) << 31) - 1)) + 1);
+  }
+}
+
+// The GPU planner's multiplier form of a rank's share of a length: the same as local_len for
+// every length below 2^31, on powers of two and other W x I alike.
+TEST(PlanRules, LocalLenByMultiplierMatchesLocalLen) {
+  std::mt19937_64 rng(41);
+  for (const int world : {1, 2, 3, 5, 8, 12, 64}) {
+    for (const int interleave : {1, 2, 4, 7, 16, 64}) {
+      ASSERT_TRUE(LocalLen::fits(world, interleave));
+      for (int rank = 0; rank < world; ++rank) {
+        const LocalLen by_multiplier(world, rank, interleave);
+        for (const std::int64_t L :
+             {std::int64_t(0), std::int64_t(1), std::int64_t(interleave),
+              std::int64_t(world) * interleave - 1, (std::int64_t(1) << 31) - 1}) {
+          ASSERT_EQ(by_multiplier(L), local_len(L, world, rank, interleave))
+              << L << " " << world << " " << rank << " " << interleave;
+        }
+        for (int i = 0; i < 2000; ++i) {
+          const auto L = std::int64_t(rng() % (std::uint64_t(1) << 31));
+          ASSERT_EQ(by_multiplier(L), local_len(L, world, rank, interleave))
+              << L << " " << world << " " << rank << " " << interleave;
+        }
+      }
+    }
+  }
+  EXPECT_FALSE(LocalLen::fits(1 << 16, 1 << 15));
+}
+
 TEST(PlanRules, ClampVisibleKeepsTheItemsRange) {
   EXPECT_EQ(clamp_visible(50, 64, 128), 64);    // the row sees nothing of the split
   EXPECT_EQ(clamp_visible(100, 64, 128), 100);  // part of it

@@ -16,6 +16,18 @@
 namespace dcpmla::cuda {
 namespace {
 
+#ifdef DCPMLA_PLAN_STAMPS
+// [count] (SM clock << 8) | step kind, of the last launch (one block).
+__device__ std::uint64_t plan_stamps[kMaxPlanStamps];
+__device__ int plan_stamp_count;
+
+__device__ void record_plan_stamp(char kind) {
+  if (threadIdx.x == 0 && plan_stamp_count < kMaxPlanStamps) {
+    plan_stamps[plan_stamp_count++] = (std::uint64_t(clock64()) << 8) | std::uint8_t(kind);
+  }
+}
+#endif
+
 // Reductions and scans meet at one barrier each: the warps' values go to one of two slot sets
 // that alternate, and every warp combines them itself (lane l reads warp l % kWarps's slot). A set
 // is written again two reductions later, after every thread has passed the next reduction's
@@ -43,20 +55,33 @@ struct GpuExecutor {
     return slots;
   }
 
-  __device__ static std::int64_t tid() { return threadIdx.x; }
-  __device__ static std::int64_t threads() { return kThreads; }
+  // Every step ends here. With DCPMLA_PLAN_STAMPS thread 0 records the SM clock and the kind of
+  // step after each barrier (plan_stamps), to see where the planner's time goes.
+  __device__ static void barrier([[maybe_unused]] char kind) {
+    __syncthreads();
+#ifdef DCPMLA_PLAN_STAMPS
+    record_plan_stamp(kind);
+#endif
+  }
+
+  __device__ static std::int64_t tid() {
+    return threadIdx.x;
+  }
+  __device__ static std::int64_t threads() {
+    return kThreads;
+  }
 
   // Unrolled: independent indices overlap their loads (a work item's search of item_first).
   template <class F>
   __device__ void parallel(std::int64_t n, F&& f) {
 #pragma unroll 4
     for (std::int64_t i = tid(); i < n; i += kThreads) f(i);
-    __syncthreads();
+    barrier('p');
   }
   template <class F>
   __device__ void serial(F&& f) {
     if (threadIdx.x == 0) f();
-    __syncthreads();
+    barrier('s');
   }
   // Block-wide fold of one 64-bit value per thread with op; every thread gets the result.
   template <class T, class Op>
@@ -65,7 +90,7 @@ struct GpuExecutor {
     for (int o = 16; o > 0; o /= 2) v = op(v, T(__shfl_xor_sync(0xffffffffu, v, o)));
     auto* slots = reinterpret_cast<T*>(next_slots());
     if (threadIdx.x % 32 == 0) slots[threadIdx.x / 32] = v;
-    __syncthreads();
+    barrier('f');
     T w = slots[threadIdx.x % kWarps];
     for (int o = kWarps / 2; o > 0; o /= 2) w = op(w, T(__shfl_xor_sync(0xffffffffu, w, o)));
     return w;
@@ -91,7 +116,7 @@ struct GpuExecutor {
 #pragma unroll
       for (int j = 0; j < R::kWords; ++j) slots[j * kWarps + threadIdx.x / 32] = v.word(j);
     }
-    __syncthreads();
+    barrier('r');
     R w;
 #pragma unroll
     for (int j = 0; j < R::kWords; ++j) w.set_word(j, slots[j * kWarps + threadIdx.x % kWarps]);
@@ -130,6 +155,7 @@ struct GpuExecutor {
     auto sum_segment = [&](std::int64_t k, std::int64_t first, std::int64_t stride) {
       const auto context = setup(k);
       std::int64_t a = 0, b = 0;
+#pragma unroll 4
       for (std::int64_t i = first; i < n; i += stride) {
         const auto t = f(context, i);
         a += t.work_items;
@@ -153,12 +179,12 @@ struct GpuExecutor {
           if (lane == 0) out[2 * k] = t.work_items, out[2 * k + 1] = t.split_pairs;
         }
       }
-      __syncthreads();
+      barrier('g');
       return;
     }
     const std::int64_t warps_per_segment = kWarps / m;
     for (std::int64_t k = threadIdx.x; k < 2 * m; k += kThreads) out[k] = 0;
-    __syncthreads();
+    barrier('g');
     const std::int64_t k = warp / warps_per_segment, part = warp % warps_per_segment;
     if (k < m && active(k)) {
       const rules::SplitTerms t = sum_segment(k, part * 32 + lane, 32 * warps_per_segment);
@@ -169,7 +195,7 @@ struct GpuExecutor {
                   (unsigned long long)t.split_pairs);
       }
     }
-    __syncthreads();
+    barrier('g');
   }
   // Chunks of kThreads: a warp scan of the K values, then every warp scans the warps' totals
   // itself (lanes past kWarps scan copies that no lane reads).
@@ -197,7 +223,7 @@ struct GpuExecutor {
 #pragma unroll
         for (int j = 0; j < K; ++j) slots[j * kWarps + warp] = incl[j];
       }
-      __syncthreads();
+      barrier('x');
 #pragma unroll
       for (int j = 0; j < K; ++j) {
         const std::int64_t total = slots[j * kWarps + lane % kWarps];
@@ -210,14 +236,56 @@ struct GpuExecutor {
       }
     }
     // The outputs are read by other threads in the next step.
-    __syncthreads();
+    barrier('x');
     return carry;
+  }
+  // At most kMaxRuns warps' worth of keys (a key a thread): each warp sorts its 32 keys in
+  // registers (shuffles), then a key's place is its place in its warp's run plus the keys below
+  // it in every other run (a binary search of each; the keys are distinct). Three barriers
+  // instead of the bitonic sort's one a stage (11 for 256 keys).
+  static constexpr int kMaxRuns = 8;
+  __device__ void run_sort(std::uint64_t* keys, std::int64_t n) {
+    const int i = threadIdx.x, lane = i % 32;
+    // Padding sorts last: a key's high word is at most 0x7fffffff (rules::order_key).
+    std::uint64_t v = i < n ? keys[i] : ~std::uint64_t(0);
+    for (int k = 2; k <= 32; k *= 2) {
+      for (int j = k / 2; j > 0; j /= 2) {
+        const std::uint64_t other = __shfl_xor_sync(0xffffffffu, v, j);
+        const bool ascending = (lane & k) == 0 || k == 32;
+        v = ((lane & j) == 0) == ascending ? (v < other ? v : other) : (v < other ? other : v);
+      }
+    }
+    if (i < n) keys[i] = v;
+    barrier('o');
+    // Every run's binary search at once, a step of each in turn: the loads of one step are
+    // independent, so they overlap (a search at a time waited for each load in turn). Own run
+    // included: v's place in it is its lane, which the search gives as well.
+    int below[kMaxRuns];
+#pragma unroll
+    for (int r = 0; r < kMaxRuns; ++r) below[r] = 0;
+#pragma unroll
+    for (int step = 32; step > 0; step /= 2) {
+#pragma unroll
+      for (int r = 0; r < kMaxRuns; ++r) {
+        const int len = int(rules::min64(rules::max64(n - 32 * r, 0), 32));
+        const bool inside = below[r] + step <= len;
+        const std::uint64_t key = keys[inside ? 32 * r + below[r] + step - 1 : 0];
+        below[r] += inside && key < v ? step : 0;
+      }
+    }
+    int place = 0;
+#pragma unroll
+    for (int r = 0; r < kMaxRuns; ++r) place += below[r];
+    barrier('o');
+    if (i < n) keys[place] = v;
+    barrier('o');
   }
   // Bitonic sort of keys[0, n), padded to a power of two with the largest key: in place when
   // the keys are in shared memory (room for the padding: sort_capacity), else through `sorted`.
   // Partners closer than a warp (j < 32) exchange through shuffles: one barrier per merge level
   // for those stages instead of one per stage.
   __device__ void sort(std::uint64_t* keys, std::int64_t n) {
+    if (n <= 32 * kMaxRuns) return run_sort(keys, n);
     std::int64_t size = 1;
     while (size < n) size *= 2;
     const bool in_place = __isShared(keys);
@@ -229,7 +297,7 @@ struct GpuExecutor {
         buf[i] = keys[i];
       }
     }
-    __syncthreads();
+    barrier('o');
     // Partners within a warp (j < 32) exchange through shuffles in registers: the merge levels
     // k <= 32 in one pass, then one pass a level for j < 32 after the stages through memory.
     // Below a warp's width the shuffles would leave lanes idle in a partial warp: all in memory.
@@ -246,7 +314,7 @@ struct GpuExecutor {
         }
         buf[i] = v;
       }
-      __syncthreads();
+      barrier('o');
     };
     if (size >= 32) in_warp(2, 32);
     for (std::int64_t k = size >= 32 ? 64 : 2; k <= size; k *= 2) {
@@ -259,14 +327,14 @@ struct GpuExecutor {
             if ((a > b) == ascending) buf[i] = b, buf[partner] = a;
           }
         }
-        __syncthreads();
+        barrier('o');
       }
       // size is a power of two >= 32 here: whole warps take part.
       if (size >= 32) in_warp(k, k);
     }
     if (!in_place) {
       for (std::int64_t i = tid(); i < n; i += kThreads) keys[i] = buf[i];
-      __syncthreads();
+      barrier('o');
     }
   }
 };
@@ -276,7 +344,7 @@ struct PlanParams {
   ScheduleView view;
   planner::Scratch scratch;
   std::int64_t sort_capacity;
-  bool smem_scratch;
+  bool smem_scratch;                                  // plans_in_shared_memory
   std::int64_t requests, work_items, max_candidates;  // the shared-memory scratch's shape
 };
 
@@ -284,20 +352,45 @@ struct PlanParams {
 constexpr std::uint32_t kMaxSmem = 200 * 1024;
 static_assert(planner::kMaxSortKeys * sizeof(std::uint64_t) <= kMaxSmem);
 
-// The scratch in shared memory (smem_scratch) or the schedule's (then `sorted` holds the sort).
+// The scratch in shared memory (kSharedScratch) or the schedule's (then `sorted` holds the sort).
+// The two are separate kernels so that the compiler knows the shared scratch's address space:
+// its reads and writes are then shared-memory instructions, which it may reorder around the
+// schedule's stores in global memory (through a generic pointer it may not, and a work item's
+// scratch reads waited for the item before it).
 // One block a launch: said explicitly, else ptxas held the 256-thread form to 64 registers and
 // spilled.
-template <int kThreads>
+template <int kThreads, bool kSharedScratch>
 __global__ void __launch_bounds__(kThreads, 1) plan_kernel(const PlanParams p) {
   extern __shared__ std::uint64_t smem[];
   __shared__ std::int64_t
       partial[2 * GpuExecutor<kThreads>::kMaxWords * GpuExecutor<kThreads>::kWarps];
+#ifdef DCPMLA_PLAN_STAMPS
+  if (threadIdx.x == 0) plan_stamp_count = 0;
+  record_plan_stamp('b');
+#endif
   GpuExecutor<kThreads> ex{partial, smem, p.sort_capacity};
-  const planner::Scratch scratch =
-      p.smem_scratch ? planner::scratch_view(reinterpret_cast<std::byte*>(smem), p.requests,
-                                             p.work_items, p.max_candidates)
-                     : p.scratch;
-  planner::plan_batch(ex, p.batch, p.view, scratch);
+  if constexpr (kSharedScratch) {
+    const planner::Scratch scratch = planner::scratch_view(
+        reinterpret_cast<std::byte*>(smem), p.requests, p.work_items, p.max_candidates);
+    planner::plan_batch(ex, p.batch, p.view, scratch);
+  } else {
+    planner::plan_batch(ex, p.batch, p.view, p.scratch);
+  }
+#ifdef DCPMLA_PLAN_STAMPS
+  __syncthreads();
+  record_plan_stamp('e');
+#endif
+}
+
+template <int kThreads>
+void launch_planner(const PlanParams& p, bool shared_scratch, cudaStream_t s) {
+  if (shared_scratch) {
+    gpu::launch_with_shared_memory<plan_kernel<kThreads, true>>(1, kThreads, kMaxSmem, p, s,
+                                                                "plan_kernel");
+  } else {
+    gpu::launch_with_shared_memory<plan_kernel<kThreads, false>>(1, kThreads, kMaxSmem, p, s,
+                                                                 "plan_kernel");
+  }
 }
 
 // Threads of the planner's block for a capacity. Measured on one H200 (W 8, H 128, B ragged
@@ -312,6 +405,19 @@ std::int64_t max_candidates(const Schedule& schedule) {
 }
 
 }  // namespace
+
+#ifdef DCPMLA_PLAN_STAMPS
+std::vector<PlanStamp> read_plan_stamps(cudaStream_t s) {
+  int count = 0;
+  std::uint64_t raw[kMaxPlanStamps];
+  gpu::check(cudaStreamSynchronize(s), "read_plan_stamps: stream");
+  gpu::check(cudaMemcpyFromSymbol(&count, plan_stamp_count, sizeof count), "plan_stamp_count");
+  gpu::check(cudaMemcpyFromSymbol(raw, plan_stamps, sizeof raw), "plan_stamps");
+  std::vector<PlanStamp> out;
+  for (int i = 0; i < count; ++i) out.push_back({char(raw[i] & 0xff), raw[i] >> 8});
+  return out;
+}
+#endif
 
 bool plans_in_shared_memory(const Schedule& schedule) {
   const ScheduleCapacity& c = schedule.capacity();
@@ -331,11 +437,11 @@ void plan_on_device(Schedule& schedule, const DeviceBatchRef& batch, std::int64_
                      c.requests,
                      c.work_items,
                      max_candidates(schedule)};
-  // One size for every launch (the attribute is set once): the most either form uses.
+  // One size for every launch (the attribute is set once): the most any form uses.
   if (plan_threads(c) == 256) {
-    gpu::launch_with_shared_memory<plan_kernel<256>>(1, 256, kMaxSmem, p, s, "plan_kernel");
+    launch_planner<256>(p, p.smem_scratch, s);
   } else {
-    gpu::launch_with_shared_memory<plan_kernel<1024>>(1, 1024, kMaxSmem, p, s, "plan_kernel");
+    launch_planner<1024>(p, p.smem_scratch, s);
   }
 }
 
