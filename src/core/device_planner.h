@@ -327,6 +327,16 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
   const std::int64_t real_rows = a.query_start_loc[B];
   const std::int64_t padding = real_rows >= 0 && real_rows <= N ? N - real_rows : std::int64_t(0);
 
+  // The rank's share of a length below 2^31 (every T is an int32) by a multiplier made once,
+  // where W x I allows (rules::LocalLen), else by local_len.
+  const bool share_by_multiplier = rules::LocalLen::fits(a.world, a.interleave);
+  const rules::LocalLen local_share = share_by_multiplier
+                                          ? rules::LocalLen(a.world, a.rank, a.interleave)
+                                          : rules::LocalLen(1, 0, 1);
+  auto local_len_of_any = [&](std::int64_t L) {
+    return rules::local_len(L, a.world, a.rank, a.interleave);
+  };
+
   // Every request at once: its fault, its scratch and its rows' local bounds (written only where
   // its own rows lie inside the batch's rows, so a faulting batch writes nothing out of bounds),
   // and the padding rows' bounds.
@@ -351,9 +361,16 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
         s.kv_blocks[b] = rules::ceil_div(local, a.block_size);
         s.tiles[b] = rules::tiles_per_split(Q, a.num_heads, a.tile_pairs);
         if (start >= 0 && start + Q <= N) {
-          for (std::int64_t j = 0; j < Q; ++j) {
-            v.row_bound[start + j] =
-                std::int32_t(rules::row_local_bound(T, Q, j, false, a.world, a.rank, a.interleave));
+          // Causal rows: row j sees T - (Q - 1 - j) positions (rules::row_local_bound).
+          auto write_bounds = [&](const auto& local_len_of) {
+            for (std::int64_t j = 0; j < Q; ++j) {
+              v.row_bound[start + j] = std::int32_t(local_len_of(T - (Q - 1 - j)));
+            }
+          };
+          if (share_by_multiplier) {
+            write_bounds(local_share);
+          } else {
+            write_bounds(local_len_of_any);
           }
         }
         r.longest = s.kv_blocks[b];
@@ -377,8 +394,12 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
     auto split_chunk = [&](std::int64_t n) {
       return rules::max64(min_chunk, rules::ceil_div(longest, n));
     };
+    // split_chunk(k + 1) < split_chunk(k): k's chunk c = ceil(longest / k) is above min_chunk
+    // and longest / (k + 1) <= c - 1 (one division instead of two).
     auto starts_candidate = [&](std::int64_t k) {
-      return k == 0 || split_chunk(k + 1) < split_chunk(k);
+      if (k == 0) return true;
+      const std::int64_t c = rules::ceil_div(longest, k);
+      return c > min_chunk && longest <= (c - 1) * (k + 1);
     };
     const std::int64_t counts = 2 * std::int64_t(a.workers);
     // A candidate's chunk divides every request's blocks: by a multiplier made once, where the
@@ -537,11 +558,8 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
       auto row_of = [&](std::int32_t p) {
         return std::int64_t(std::uint32_t(p) / std::uint32_t(H));
       };
-      auto local_len_of = [&](std::int64_t L) {
-        return rules::local_len(L, a.world, a.rank, a.interleave);
-      };
       for (std::int64_t x = t & (group - 1); x < count; x += group) {
-        write_item(sv, std::int32_t(x), s.item_first[k] + x, row_of, local_len_of);
+        write_item(sv, std::int32_t(x), s.item_first[k] + x, row_of, local_len_of_any);
       }
     });
   } else {
@@ -562,11 +580,10 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
                    local_len_of);
       });
     };
-    if (rules::LocalLen::fits(a.world, a.interleave)) {
-      write_items(rules::LocalLen(a.world, a.rank, a.interleave));
+    if (share_by_multiplier) {
+      write_items(local_share);
     } else {
-      write_items(
-          [&](std::int64_t L) { return rules::local_len(L, a.world, a.rank, a.interleave); });
+      write_items(local_len_of_any);
     }
   }
   ex.serial([&] {

@@ -17,13 +17,18 @@ namespace dcpmla::cuda {
 namespace {
 
 #ifdef DCPMLA_PLAN_STAMPS
-// [count] (SM clock << 8) | step kind, of the last launch (one block).
+// [count] (SM clock << 8) | step kind, of the last launch (one block): kept in shared memory
+// while the planner runs (a global counter would put a load's latency on every stamp), copied
+// out at its end.
 __device__ std::uint64_t plan_stamps[kMaxPlanStamps];
 __device__ int plan_stamp_count;
+__shared__ std::uint64_t plan_stamps_running[kMaxPlanStamps];
+__shared__ int plan_stamps_recorded;
 
 __device__ void record_plan_stamp(char kind) {
-  if (threadIdx.x == 0 && plan_stamp_count < kMaxPlanStamps) {
-    plan_stamps[plan_stamp_count++] = (std::uint64_t(clock64()) << 8) | std::uint8_t(kind);
+  if (threadIdx.x == 0 && plan_stamps_recorded < kMaxPlanStamps) {
+    plan_stamps_running[plan_stamps_recorded++] =
+        (std::uint64_t(clock64()) << 8) | std::uint8_t(kind);
   }
 }
 #endif
@@ -365,7 +370,7 @@ __global__ void __launch_bounds__(kThreads, 1) plan_kernel(const PlanParams p) {
   __shared__ std::int64_t
       partial[2 * GpuExecutor<kThreads>::kMaxWords * GpuExecutor<kThreads>::kWarps];
 #ifdef DCPMLA_PLAN_STAMPS
-  if (threadIdx.x == 0) plan_stamp_count = 0;
+  if (threadIdx.x == 0) plan_stamps_recorded = 0;
   record_plan_stamp('b');
 #endif
   GpuExecutor<kThreads> ex{partial, smem, p.sort_capacity};
@@ -379,6 +384,10 @@ __global__ void __launch_bounds__(kThreads, 1) plan_kernel(const PlanParams p) {
 #ifdef DCPMLA_PLAN_STAMPS
   __syncthreads();
   record_plan_stamp('e');
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < plan_stamps_recorded; ++i) plan_stamps[i] = plan_stamps_running[i];
+    plan_stamp_count = plan_stamps_recorded;
+  }
 #endif
 }
 
