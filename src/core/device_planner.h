@@ -401,7 +401,11 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
       const std::int64_t c = rules::ceil_div(longest, k);
       return c > min_chunk && longest <= (c - 1) * (k + 1);
     };
-    const std::int64_t counts = 2 * std::int64_t(a.workers);
+    // Split counts 1 .. 2 x workers; past (longest - 1) / min_chunk + 1 every chunk is
+    // min_chunk's and none starts a candidate, so the steps below stop there.
+    const std::int64_t counts =
+        min_chunk > 0 ? rules::min64(2 * std::int64_t(a.workers), (longest - 1) / min_chunk + 1)
+                      : 2 * std::int64_t(a.workers);
     // A candidate's chunk divides every request's blocks: by a multiplier made once, where the
     // requests are enough to pay for making it (a 64-bit division on the host; on the GPU always,
     // so that the sum's loop has no branch).
