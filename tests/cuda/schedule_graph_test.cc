@@ -197,7 +197,7 @@ TEST(CudaSchedule, DevicePlanEqualsHostPlanOnRandomBatches) {
   auto pick = [&](std::initializer_list<int> v) {
     return *(v.begin() + uniform(rng, 0, std::int64_t(v.size()) - 1));
   };
-  int split = 0, skipped = 0, in_shared_memory = 0, large_batches = 0;
+  int split = 0, skipped = 0, in_shared_memory = 0, large_batches = 0, medium_batches = 0;
   // DCPMLA_RANDOM_BATCHES lowers the count for slow runs (compute-sanitizer racecheck).
   const char* count_env = std::getenv("DCPMLA_RANDOM_BATCHES");
   const int count = count_env ? std::max(1, std::atoi(count_env)) : 2000;
@@ -212,11 +212,14 @@ TEST(CudaSchedule, DevicePlanEqualsHostPlanOnRandomBatches) {
     config.num_blocks = 1 << 20;
     config.model = {pick({0, 2, 8, 132}), 64, pick({256, 256, 64})};
     config.kv_chunk_blocks = uniform(rng, 0, 5) == 0 ? int(uniform(rng, 1, 8)) : 0;
-    // One batch in 20 of over 512 requests (the planner's larger block), with few heads so that
-    // its work items stay sortable.
-    const bool large = uniform(rng, 0, 19) == 0;
-    if (large) config.num_heads = 16;
-    const int B = large ? int(uniform(rng, 513, 900))
+    // One batch in 20 of over 512 requests (the planner's larger block) and one of 257 to 512
+    // (more keys than the small sort takes), with few heads so that their work items stay
+    // sortable.
+    const int size_class = int(uniform(rng, 0, 19));
+    const bool large = size_class == 0, medium = size_class == 1;
+    if (large || medium) config.num_heads = 16;
+    const int B = large    ? int(uniform(rng, 513, 900))
+                  : medium ? int(uniform(rng, 257, 512))
                   : uniform(rng, 0, 9) == 0
                       ? int(uniform(rng, 0, 2))
                       : int(uniform(rng, 1, uniform(rng, 0, 4) == 0 ? 300 : 40));
@@ -269,6 +272,7 @@ TEST(CudaSchedule, DevicePlanEqualsHostPlanOnRandomBatches) {
     split += plan.max_splits > 1;
     in_shared_memory += cuda::plans_in_shared_memory(sched);
     large_batches += large;
+    medium_batches += medium;
   }
   // The coverage the full count reaches: splits, and few batches over the sortable size.
   if (count == 2000) {
@@ -278,6 +282,7 @@ TEST(CudaSchedule, DevicePlanEqualsHostPlanOnRandomBatches) {
     EXPECT_GT(in_shared_memory, 200);
     EXPECT_GT(count - skipped - in_shared_memory, 10);
     EXPECT_GT(large_batches, 50);
+    EXPECT_GT(medium_batches, 50);
   }
 }
 
