@@ -197,7 +197,8 @@ TEST(CudaSchedule, DevicePlanEqualsHostPlanOnRandomBatches) {
   auto pick = [&](std::initializer_list<int> v) {
     return *(v.begin() + uniform(rng, 0, std::int64_t(v.size()) - 1));
   };
-  int split = 0, skipped = 0, in_shared_memory = 0, large_batches = 0, medium_batches = 0;
+  int split = 0, skipped = 0, in_shared_memory = 0, large_batches = 0, medium_batches = 0,
+      roomy_batches = 0;
   // DCPMLA_RANDOM_BATCHES lowers the count for slow runs (compute-sanitizer racecheck).
   const char* count_env = std::getenv("DCPMLA_RANDOM_BATCHES");
   const int count = count_env ? std::max(1, std::atoi(count_env)) : 2000;
@@ -214,9 +215,10 @@ TEST(CudaSchedule, DevicePlanEqualsHostPlanOnRandomBatches) {
     config.kv_chunk_blocks = uniform(rng, 0, 5) == 0 ? int(uniform(rng, 1, 8)) : 0;
     // One batch in 20 of over 512 requests (the planner's larger block) and one of 257 to 512
     // (more keys than the small sort takes), with few heads so that their work items stay
-    // sortable.
+    // sortable; one in 20 planned into a schedule of 600 requests whatever its size (the larger
+    // block on a small batch, as an engine's larger capture sizes plan smaller steps).
     const int size_class = int(uniform(rng, 0, 19));
-    const bool large = size_class == 0, medium = size_class == 1;
+    const bool large = size_class == 0, medium = size_class == 1, roomy = size_class == 2;
     if (large || medium) config.num_heads = 16;
     const int B = large    ? int(uniform(rng, 513, 900))
                   : medium ? int(uniform(rng, 257, 512))
@@ -237,7 +239,9 @@ TEST(CudaSchedule, DevicePlanEqualsHostPlanOnRandomBatches) {
           std::max(max_blocks, std::int32_t((fullest.local_len(b.total_len.back()) + bs - 1) / bs));
     }
     b.num_tokens = uniform(rng, 0, 2) == 0 ? b.real_tokens() + uniform(rng, 0, 5) : -1;
-    const auto cap = capacity_for_limits(config, B, b.rows(), max_blocks);
+    const auto cap =
+        roomy ? capacity_for_limits(config, 600, std::max<std::int64_t>(b.rows(), 600), max_blocks)
+              : capacity_for_limits(config, B, b.rows(), max_blocks);
     if (cap.work_items > 16384) {  // more work items than the device planner sorts
       ++skipped;
       continue;
@@ -273,6 +277,7 @@ TEST(CudaSchedule, DevicePlanEqualsHostPlanOnRandomBatches) {
     in_shared_memory += cuda::plans_in_shared_memory(sched);
     large_batches += large;
     medium_batches += medium;
+    roomy_batches += roomy;
   }
   // The coverage the full count reaches: splits, and few batches over the sortable size.
   if (count == 2000) {
@@ -283,6 +288,7 @@ TEST(CudaSchedule, DevicePlanEqualsHostPlanOnRandomBatches) {
     EXPECT_GT(count - skipped - in_shared_memory, 10);
     EXPECT_GT(large_batches, 50);
     EXPECT_GT(medium_batches, 50);
+    EXPECT_GT(roomy_batches, 50);
   }
 }
 
