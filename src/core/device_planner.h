@@ -336,6 +336,14 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
   auto local_len_of_any = [&](std::int64_t L) {
     return rules::local_len(L, a.world, a.rank, a.interleave);
   };
+  // f(local_len_of): f given the fastest form of the rank's share that this sharding allows.
+  auto with_local_len = [&](auto&& f) {
+    if (share_by_multiplier) {
+      f(local_share);
+    } else {
+      f(local_len_of_any);
+    }
+  };
 
   // Every request at once: its fault, its scratch and its rows' local bounds (written only where
   // its own rows lie inside the batch's rows, so a faulting batch writes nothing out of bounds),
@@ -361,17 +369,12 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
         s.kv_blocks[b] = rules::ceil_div(local, a.block_size);
         s.tiles[b] = rules::tiles_per_split(Q, a.num_heads, a.tile_pairs);
         if (start >= 0 && start + Q <= N) {
-          // Causal rows: row j sees T - (Q - 1 - j) positions (rules::row_local_bound).
-          auto write_bounds = [&](const auto& local_len_of) {
+          with_local_len([&](const auto& local_len_of) {
             for (std::int64_t j = 0; j < Q; ++j) {
-              v.row_bound[start + j] = std::int32_t(local_len_of(T - (Q - 1 - j)));
+              v.row_bound[start + j] =
+                  std::int32_t(local_len_of(rules::causal_row_length(T, Q, j)));
             }
-          };
-          if (share_by_multiplier) {
-            write_bounds(local_share);
-          } else {
-            write_bounds(local_len_of_any);
-          }
+          });
         }
         r.longest = s.kv_blocks[b];
         r.tiles = s.tiles[b];
@@ -540,9 +543,10 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
     const std::int32_t pb = x * sv.step;
     const std::int32_t np = sv.step < sv.pairs - pb ? sv.step : sv.pairs - pb;
     // The bound of the item's last row, from the rules (the schedule's copy is in global memory
-    // that an earlier step wrote): row_local_bound of a causal row.
+    // that an earlier step wrote).
     const std::int64_t last_row = row_of(pb + np - 1);
-    const auto last_bound = std::int32_t(local_len_of(sv.T - (sv.Q - 1 - last_row)));
+    const auto last_bound =
+        std::int32_t(local_len_of(rules::causal_row_length(sv.T, sv.Q, last_row)));
     store_item(&v.items[item],
                {std::int32_t(sv.b), std::int32_t(sv.start), pb, np, sv.begin, sv.end,
                 rules::clamp_visible(last_bound, sv.begin, sv.end), sv.partial});
@@ -577,18 +581,13 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
     // branch) an item, so that the items' loop body is one block whose iterations overlap.
     const rules::CeilDivider heads(H);
     auto row_of = [&](std::int32_t p) { return heads.floor(p); };
-    auto write_items = [&](const auto& local_len_of) {
+    with_local_len([&](const auto& local_len_of) {
       ex.parallel(items, [&](std::int64_t x) {
         const std::uint64_t e = s.item_split[x];
         write_item(split_view(std::int64_t(e >> 32)), std::int32_t(e & 0xffffffffu), x, row_of,
                    local_len_of);
       });
-    };
-    if (share_by_multiplier) {
-      write_items(local_share);
-    } else {
-      write_items(local_len_of_any);
-    }
+    });
   }
   ex.serial([&] {
     ScheduleHeader& h = *v.header;

@@ -199,12 +199,10 @@ DCPMLA_HD bool within_limits(std::int64_t work_items, std::int64_t split_pairs, 
   return (max_work_items < 0 || work_items <= max_work_items) && rows_fit;
 }
 
-// Exclusive local bound of row j of a request with Q rows and global length T (causal), or T's
-// local length (full mask).
-DCPMLA_HD std::int64_t row_local_bound(std::int64_t T, std::int64_t Q, std::int64_t j, bool full,
-                                       int world, int rank, int interleave) {
-  const std::int64_t bound = full ? T : T - (Q - 1 - j);
-  return local_len(bound, world, rank, interleave);
+// The global positions causal row j of a request with Q rows and global length T sees; its
+// exclusive local bound is the rank's share of them (local_len).
+DCPMLA_HD std::int64_t causal_row_length(std::int64_t T, std::int64_t Q, std::int64_t j) {
+  return T - (Q - 1 - j);
 }
 
 // An item's visible end from its last row's bound: min(bound, kv_end), at least kv_begin.
