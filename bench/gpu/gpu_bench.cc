@@ -584,7 +584,7 @@ int main(int argc, char** argv) {
   app.add_option("--filter", filter, "only shapes whose group contains this");
   app.add_option("--index", index, "only the index-th shape (from 0) that passes the filter");
   app.add_option("--reps", reps, "timed calls per shape (>= 100 for reported numbers)");
-  std::vector<int> planning_requests{1, 256, 1024};
+  std::vector<int> planning_requests{1, 256, 512, 1024};
   app.add_option("--planning-requests", planning_requests,
                  "batch sizes of the device_planning group")
       ->check(CLI::Range(1, 1 << 20));

@@ -1,9 +1,9 @@
-// The GPU planner: core/device_planner.h's steps run by one thread block (256 or 1024 threads),
-// with block-wide reductions, scans and a bitonic sort in shared memory. One launch writes a whole
-// schedule (or its fault), so a captured graph can plan and decode batches whose lengths exist
-// only on the device. The steps are short and each waits for the one before, so the planner's
-// time is latency: its scratch lives in shared memory wherever it fits (the schedule's own
-// scratch in global memory serves larger capacities), and the sort's stages within a warp use
+// The GPU planner: core/device_planner.h's steps run by one thread block (256, 512 or 1024
+// threads), with block-wide reductions, scans and a bitonic sort in shared memory. One launch
+// writes a whole schedule (or its fault), so a captured graph can plan and decode batches whose
+// lengths exist only on the device. The steps are short and each waits for the one before, so the
+// planner's time is latency: its scratch lives in shared memory wherever it fits (the schedule's
+// own scratch in global memory serves larger capacities), and the sort's stages within a warp use
 // shuffles instead of barriers.
 #include <algorithm>
 #include <cstdint>
@@ -404,9 +404,11 @@ void launch_planner(const PlanParams& p, bool shared_scratch, cudaStream_t s) {
 
 // Threads of the planner's block for a capacity. Measured on one H200 (W 8, H 128, B ragged
 // requests of Q 1..8, T up to 32K; us for B = 1 / 256 / 1024): 128 threads 22.8 / 51.9 / 255,
-// 256 threads 19.2 / 33.3 / 159, 512 threads 20.1 / 33.0 / 123, 1024 threads 27.7 / 43.8 / 110.
+// 256 threads 19.2 / 33.3 / 159, 512 threads 20.1 / 33.0 / 123, 1024 threads 27.7 / 43.8 / 110
+// (2026-12-03). After the planner's later changes (4555057, 2026-12-04, a call in a graph):
+// B 512 43.0 us with 256 threads, 32.9 with 512; B 256 17.4 with 256, 18.7 with 512.
 int plan_threads(const ScheduleCapacity& c) {
-  return c.requests <= 512 ? 256 : 1024;
+  return c.requests <= 256 ? 256 : c.requests <= 512 ? 512 : 1024;
 }
 
 std::int64_t max_candidates(const Schedule& schedule) {
@@ -447,10 +449,15 @@ void plan_on_device(Schedule& schedule, const DeviceBatchRef& batch, std::int64_
                      c.work_items,
                      max_candidates(schedule)};
   // One size for every launch (the attribute is set once): the most any form uses.
-  if (plan_threads(c) == 256) {
-    launch_planner<256>(p, p.smem_scratch, s);
-  } else {
-    launch_planner<1024>(p, p.smem_scratch, s);
+  switch (plan_threads(c)) {
+    case 256:
+      launch_planner<256>(p, p.smem_scratch, s);
+      break;
+    case 512:
+      launch_planner<512>(p, p.smem_scratch, s);
+      break;
+    default:
+      launch_planner<1024>(p, p.smem_scratch, s);
   }
 }
 
