@@ -532,7 +532,7 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
                      s.start[b],
                      s.total[b],
                      pairs,
-                     a.tile_pairs > 0 ? std::int32_t(a.tile_pairs) : pairs,
+                     rules::tile_step(pairs, s.tiles[b], a.tile_pairs),
                      std::int32_t(i * chunk_tokens),
                      std::int32_t(rules::min64(s.local[b], (i + 1) * chunk_tokens)),
                      scanned_splits(b) > 1 ? std::int32_t(s.partial_first[b] + i * Q) : -1};

@@ -130,6 +130,18 @@ DCPMLA_HD std::int64_t tiles_per_split(std::int64_t q, int num_heads, int tile_p
   return t < 1 ? 1 : t;
 }
 
+// Pairs of each work item of a request split with `pairs` (row, head) pairs in `tiles` work items
+// (tiles_per_split; tile_pairs 0: all pairs in one). Two tiles whose second would hold more than a
+// quarter of a tile are cut into equal halves: both thread blocks then run one schedule and read
+// the KV in step, so the L2 answers one block's reads with the other's, where a full and a partial
+// tile drift apart (Kimi K3's 96 gathered heads: 48 + 48 instead of 64 + 32). A smaller second
+// tile runs in the GPU's narrow form (decode-kernel.md section 8), far cheaper than a wide one.
+DCPMLA_HD std::int32_t tile_step(std::int32_t pairs, std::int64_t tiles, int tile_pairs) {
+  if (tile_pairs <= 0) return pairs;
+  if (tiles == 2 && 4 * (std::int64_t(pairs) - tile_pairs) > tile_pairs) return (pairs + 1) / 2;
+  return tile_pairs;
+}
+
 // Splits of a local KV of `local` tokens in chunks of `chunk_tokens` (>= 1 even when empty).
 DCPMLA_HD std::int64_t splits_of(std::int64_t local, std::int64_t chunk_tokens) {
   return local <= chunk_tokens ? 1 : ceil_div(local, chunk_tokens);

@@ -203,7 +203,6 @@ Plan make_plan_into(const Batch& batch, const PlanConfig& config, const WorkItem
   // An item's last row is floor(last pair / H): a multiply, so the items of a split are
   // independent of each other.
   const rules::CeilDivider rows_of(H);
-  const std::int32_t fixed_step = std::int32_t(std::max(tile_pairs, 1));
   for (const std::uint64_t key : order) {
     const Split& s = splits[key & 0xffffffffu];
     const std::int32_t q = in.q[s.request];
@@ -211,11 +210,10 @@ Plan make_plan_into(const Batch& batch, const PlanConfig& config, const WorkItem
     const std::int32_t pairs = q * H;
     const std::int32_t* bounds = plan.row_local_bound.data() + row_begin;
     const std::int32_t kv_begin = s.kv_begin, kv_end = s.kv_end, partial = s.partial_row;
-    // Without tiles the one item holds all pairs.
-    const std::int32_t step = tile_pairs > 0 ? fixed_step : pairs;
-    // in.tiles is ceil(pairs / step); the items that hold a whole step. In int64: a step near
-    // pairs / 2 with pairs near 2^31 puts tiles x step past int32.
+    // in.tiles is ceil(pairs / tile_pairs) (1 without tiles); the items that hold a whole step.
+    // In int64: a step near pairs / 2 with pairs near 2^31 puts tiles x step past int32.
     const std::int64_t tiles_of_request = in.tiles[s.request];
+    const std::int32_t step = rules::tile_step(pairs, tiles_of_request, tile_pairs);
     const auto full_items =
         std::int32_t(tiles_of_request * step == pairs ? tiles_of_request : tiles_of_request - 1);
     for (std::int32_t t = 0; t < full_items; ++t, ++out) {

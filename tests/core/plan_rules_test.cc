@@ -114,5 +114,27 @@ TEST(PlanRules, ClampVisibleKeepsTheItemsRange) {
   EXPECT_EQ(clamp_visible(500, 64, 128), 128);  // all of it
 }
 
+TEST(PlanRules, TwoTilesAreEqualHalvesUnlessTheSecondIsNarrow) {
+  auto step = [](std::int32_t pairs) {
+    return tile_step(pairs, tiles_per_split(pairs, 1, 64), 64);
+  };
+  EXPECT_EQ(step(40), 64);   // one tile
+  EXPECT_EQ(step(96), 48);   // Kimi K3's DCP 8 rank at Q 1: 48 + 48, not 64 + 32
+  EXPECT_EQ(step(97), 49);   // odd: 49 + 48
+  EXPECT_EQ(step(81), 41);   // a second tile of 17 pairs would be wide
+  EXPECT_EQ(step(80), 64);   // 64 + 16: the 16-pair tile runs narrow
+  EXPECT_EQ(step(128), 64);  // two full tiles
+  EXPECT_EQ(step(129), 64);  // three tiles: full ones and a tail
+  EXPECT_EQ(step(200), 64);
+  EXPECT_EQ(tile_step(96, 1, 0), 96);  // no tiles: one item holds every pair
+  // Every pair lies in one of the tiles, none of which is over tile_pairs.
+  for (std::int32_t pairs = 1; pairs <= 300; ++pairs) {
+    const std::int64_t tiles = tiles_per_split(pairs, 1, 64);
+    const std::int32_t s = tile_step(pairs, tiles, 64);
+    EXPECT_LE(s, 64);
+    EXPECT_EQ(ceil_div(pairs, s), tiles) << pairs;
+  }
+}
+
 }  // namespace
 }  // namespace dcpmla::rules

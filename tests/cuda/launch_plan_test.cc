@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/plan_rules.h"
 #include "core/schedule_layout.h"
 #include "cuda/decode/launch_plan.h"
 #include "dcpmla/cpu_backend.h"
@@ -57,8 +58,12 @@ void check_tiles(const Batch& batch, const Plan& plan, int tile_pairs) {
     ASSERT_GE(t.num_pairs, 1);
     ASSERT_LE(t.num_pairs, tile_pairs);
     ASSERT_EQ(t.row_begin, batch.query_start_loc[t.request]);
-    ASSERT_EQ(t.pair_begin % tile_pairs, 0);
     const int Q = batch.q_len(t.request);
+    // Tiles of tile_pairs, or two equal halves (rules::tile_step).
+    const std::int32_t step =
+        rules::tile_step(Q * H, rules::tiles_per_split(Q, H, tile_pairs), tile_pairs);
+    ASSERT_LE(step, tile_pairs);
+    ASSERT_EQ(t.pair_begin % step, 0);
     ASSERT_LE(t.pair_begin + t.num_pairs, Q * H);
     ASSERT_EQ(t.kv_begin % plan.config.block_size, 0);
     ASSERT_LE(t.kv_begin, t.kv_end);

@@ -66,10 +66,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = C == Cache::bf16 ? warp_uniform_warpgroup() : tid >> 7;
   const int lane = tid & 31, warp = wt >> 5, quad = lane & 3;
   const int n = (tile.kv_visible_end - tile.kv_begin + kKeys - 1) / kKeys;
-  // Full tiles (compute-bound work): the scores warpgroup issues S of tile i + 1 only once P.V
-  // of tile i is issued, so the tensor cores take P.V first and the stage it frees refills sooner
-  // (partial tiles, memory-bound, do better without the wait).
-  const bool o_first = tile.num_pairs == kPairs;
+  // Tiles of at least three quarters of kPairs (compute-bound work: full tiles, and the equal
+  // halves of rules::tile_step): the scores warpgroup issues S of tile i + 1 only once P.V of
+  // tile i is issued, so the tensor cores take P.V first and the stage it frees refills sooner
+  // (smaller tiles, memory-bound, do better without the wait).
+  const bool o_first = 4 * tile.num_pairs >= 3 * kPairs;
   const bool in_turn = kPvInTurn && C == Cache::fp8 && o_first;
   // kOIssued: the second output warpgroup (og 1) arrives too unless it waits for og 0's P.V.
   const int o_issued_threads = in_turn ? 256 : kThreads;
