@@ -262,6 +262,8 @@ struct GpuExecutor {
     }
     if (i < n) keys[i] = v;
     barrier('o');
+    // One run (a small batch's splits): warp 0's keys are in place already.
+    if (n <= 32) return;
     // Every run's binary search at once, a step of each in turn: the loads of one step are
     // independent, so they overlap (a search at a time waited for each load in turn). Own run
     // included: v's place in it is its lane, which the search gives as well.
