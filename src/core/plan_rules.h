@@ -138,7 +138,9 @@ DCPMLA_HD std::int64_t tiles_per_split(std::int64_t q, int num_heads, int tile_p
 // tile runs in the GPU's narrow form (decode-kernel.md section 8), far cheaper than a wide one.
 DCPMLA_HD std::int32_t tile_step(std::int32_t pairs, std::int64_t tiles, int tile_pairs) {
   if (tile_pairs <= 0) return pairs;
-  if (tiles == 2 && 4 * (std::int64_t(pairs) - tile_pairs) > tile_pairs) return (pairs + 1) / 2;
+  if (tiles == 2 && 4 * (std::int64_t(pairs) - tile_pairs) > tile_pairs) {
+    return std::int32_t((std::int64_t(pairs) + 1) / 2);  // pairs may be 2^31 - 1
+  }
   return tile_pairs;
 }
 

@@ -127,6 +127,9 @@ TEST(PlanRules, TwoTilesAreEqualHalvesUnlessTheSecondIsNarrow) {
   EXPECT_EQ(step(129), 64);  // three tiles: full ones and a tail
   EXPECT_EQ(step(200), 64);
   EXPECT_EQ(tile_step(96, 1, 0), 96);  // no tiles: one item holds every pair
+  // The largest int32 count of pairs in two tiles halves without overflow.
+  constexpr std::int32_t kMaxPairs = 0x7fffffff;
+  EXPECT_EQ(tile_step(kMaxPairs, 2, (1 << 30) + 1), (1 << 30));
   // Every pair lies in one of the tiles, none of which is over tile_pairs.
   for (std::int32_t pairs = 1; pairs <= 300; ++pairs) {
     const std::int64_t tiles = tiles_per_split(pairs, 1, 64);
