@@ -489,10 +489,21 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
   auto scanned_splits = [&](std::int64_t b) {
     return (b + 1 < B ? s.split_first[b + 1] : num_splits) - s.split_first[b];
   };
-  const std::int64_t max_splits = rules::max64(1, ex.max(B, [&](std::int64_t b) {
+  // 2^g threads a request where threads are to spare (a small batch; one on the CPU): each
+  // writes every 2^g-th split and merge row of its request, so a request of many splits is not
+  // one thread's loop.
+  auto spread_log2 = [&](std::int64_t count) {
+    int g = 0;
+    while (count > 0 && (count << (g + 1)) <= ex.threads()) ++g;
+    return g;
+  };
+  const int request_log2 = spread_log2(B);
+  const std::int64_t max_splits = rules::max64(1, ex.max(B << request_log2, [&](std::int64_t t) {
+    const std::int64_t b = t >> request_log2, first = t & ((1 << request_log2) - 1);
+    const std::int64_t stride = std::int64_t(1) << request_log2;
     const std::int64_t n = scanned_splits(b), Q = s.q[b], start = s.start[b];
     const std::int64_t chunk_tokens = chunk_of(b) * a.block_size;
-    for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t i = first; i < n; i += stride) {
       const auto begin = std::int32_t(i * chunk_tokens);
       const auto end = std::int32_t(rules::min64(s.local[b], (i + 1) * chunk_tokens));
       // The split's last row sees all T: its local bound is the request's local length.
@@ -502,7 +513,7 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
       s.split_request[s.split_first[b] + i] = std::int32_t(b);
     }
     if (n > 1) {
-      for (std::int64_t j = 0; j < Q; ++j) {
+      for (std::int64_t j = first; j < Q; j += stride) {
         v.merge_rows[s.merge_first[b] + j] = {std::int32_t(start + j),
                                               std::int32_t(s.partial_first[b] + j), std::int32_t(n),
                                               std::int32_t(Q)};
@@ -555,8 +566,7 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
   // writing every 2^group_log2-th item of it; otherwise one thread an item, which reads its split
   // and its place in it from a map that a thread a split writes first (a search of item_first
   // was a quarter of the GPU planner's time at 256 requests).
-  int group_log2 = 0;
-  while (num_splits > 0 && (num_splits << (group_log2 + 1)) <= ex.threads()) ++group_log2;
+  const int group_log2 = spread_log2(num_splits);
   if (group_log2 > 0) {
     const std::int64_t group = std::int64_t(1) << group_log2;
     ex.parallel(num_splits << group_log2, [&](std::int64_t t) {
