@@ -149,13 +149,31 @@ struct GpuExecutor {
     }
     return fold(v, [](std::uint64_t a, std::uint64_t b) { return a < b ? a : b; });
   }
-  // Where there are at least as many segments as warps, warp w takes segments w, w + kWarps,
-  // ...: its lanes test 32 of them for activity at once and the warp sums the active ones, one
-  // at a time, writing the sums itself. Otherwise several warps take each segment, adding their
-  // parts to out atomically.
+  // A batch of at most kThreadSumRequests requests: a thread a segment sums them itself (no
+  // shuffles, every active segment at once). Else, where there are at least as many segments as
+  // warps, warp w takes segments w, w + kWarps, ...: its lanes test 32 of them for activity at
+  // once and the warp sums the active ones, one at a time, writing the sums itself. Otherwise
+  // several warps take each segment, adding their parts to out atomically.
+  static constexpr std::int64_t kThreadSumRequests = 8;
   template <class Active, class Setup, class F>
   __device__ void segmented_sum(std::int64_t m, std::int64_t n, Active&& active, Setup&& setup,
                                 F&& f, std::int64_t* out) {
+    if (n <= kThreadSumRequests) {
+      for (std::int64_t k = tid(); k < m; k += kThreads) {
+        if (!active(k)) continue;
+        const auto context = setup(k);
+        std::int64_t a = 0, b = 0;
+        for (std::int64_t i = 0; i < n; ++i) {
+          const auto t = f(context, i);
+          a += t.work_items;
+          b += t.split_pairs;
+        }
+        out[2 * k] = a;
+        out[2 * k + 1] = b;
+      }
+      barrier('g');
+      return;
+    }
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     auto sum_segment = [&](std::int64_t k, std::int64_t first, std::int64_t stride) {
       const auto context = setup(k);
