@@ -142,6 +142,21 @@ DCPMLA_HD std::int64_t last_at_most(const std::int64_t* first, std::int64_t n, s
   return lo;
 }
 
+// segmented_sum's segment k summed by one thread, one index after another: out[2k, 2k + 1].
+template <class Setup, class F>
+DCPMLA_HD void sum_segment_alone(std::int64_t k, std::int64_t n, Setup&& setup, F&& f,
+                                 std::int64_t* out) {
+  const auto context = setup(k);
+  std::int64_t a = 0, b = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto t = f(context, i);
+    a += t.work_items;
+    b += t.split_pairs;
+  }
+  out[2 * k] = a;
+  out[2 * k + 1] = b;
+}
+
 DCPMLA_HD std::uint64_t fault_word(std::int64_t request, ScheduleFault f) {
   return (std::uint64_t(request + 1) << 8) | std::uint64_t(f);
 }

@@ -50,16 +50,7 @@ struct SerialExecutor {
   void segmented_sum(std::int64_t m, std::int64_t n, Active&& active, Setup&& setup, F&& f,
                      std::int64_t* out) {
     for (std::int64_t k = 0; k < m; ++k) {
-      if (!active(k)) continue;
-      const auto context = setup(k);
-      std::int64_t a = 0, b = 0;
-      for (std::int64_t i = 0; i < n; ++i) {
-        const auto t = f(context, i);
-        a += t.work_items;
-        b += t.split_pairs;
-      }
-      out[2 * k] = a;
-      out[2 * k + 1] = b;
+      if (active(k)) planner::sum_segment_alone(k, n, setup, f, out);
     }
   }
   template <int K, class F>
