@@ -18,9 +18,9 @@
 // barriers, each used by all 384 threads (one side arrives, the other waits) unless noted:
 //   kPReady       scores -> output  P(i) and the factors of tile i are in shared memory
 //   kPFree        output -> scores  P.V of tile i is done: P may be overwritten
-//   kOIssued      output -> scores  P.V of tile i is issued (full tiles: S of tile i + 1 waits;
-//                                   full fp8 tiles: warpgroups 0 and 1 only)
-//   kPvFirstDone  1 -> 2            full fp8 tiles, warpgroups 1 and 2 only: warpgroup 1's P.V
+//   kOIssued      output -> scores  P.V of tile i is issued (o_first tiles, >= 48 pairs: S of
+//                                   tile i + 1 waits; such fp8 tiles: warpgroups 0 and 1 only)
+//   kPvFirstDone  1 -> 2            o_first fp8 tiles, warpgroups 1 and 2 only: warpgroup 1's P.V
 //                                   of tile i is done (warpgroup 2 then issues its own)
 // The loads of a stage are tracked by two mbarriers, one per output warpgroup (count 1), which
 // the scores warpgroup waits on directly, chunk set by chunk set (tile_loader.cuh: bulk tensor
