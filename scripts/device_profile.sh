@@ -5,9 +5,11 @@
 # coalescer merged (requests of several SMs for the same sectors answered by one L2 lookup), in
 # $OUT/profile-<n>.txt. A shape is group:index (the index-th shape of that benchmark group;
 # default: a compute-bound and the memory-bound FlashMLA shape), B,L,H,Q (a uniform bf16
-# shape) or plan:B (the GPU planner's batch of B requests, with DCPMLA_PROFILE_KERNEL=plan_kernel). With FLASHMLA_DIR (a FlashMLA tree whose dense decode extension is built, see
-# bench/gpu/vs_flashmla.py) each B,L,H,Q shape is profiled in FlashMLA's dense decode as well
-# (bench/gpu/flashmla_calls.py), into $OUT/profile-<n>-flashmla.txt, with the same sections.
+# shape) or plan:B (the GPU planner's batch of B requests, with
+# DCPMLA_PROFILE_KERNEL=plan_kernel). With FLASHMLA_DIR (a FlashMLA tree whose dense decode
+# extension is built, see bench/gpu/vs_flashmla.py) each B,L,H,Q shape is profiled in FlashMLA's
+# dense decode as well (bench/gpu/flashmla_calls.py), into $OUT/profile-<n>-flashmla.txt, with
+# the same sections.
 # With DCPMLA_PROFILE_SOURCE=1 the source-counter section is collected too and the
 # per-instruction (SASS) stall samples are written as CSV to $OUT/profile-<n>-sass.csv.
 # DCPMLA_PROFILE_KERNEL overrides the kernel-name regular expression (default: every kernel whose

@@ -584,16 +584,16 @@ DCPMLA_HD void plan_batch(Exec& ex, const DeviceBatchArgs& a, const ScheduleView
   const int group_log2 = spread_log2(num_splits);
   if (group_log2 > 0) {
     const std::int64_t group = std::int64_t(1) << group_log2;
-    ex.parallel(num_splits << group_log2, [&](std::int64_t t) {
-      const std::int64_t k = t >> group_log2;
-      const SplitView sv = split_view(sorted_index(k));
-      const std::int64_t count = s.tiles[sv.b];
-      auto row_of = [&](std::int32_t p) {
-        return std::int64_t(std::uint32_t(p) / std::uint32_t(H));
-      };
-      for (std::int64_t x = t & (group - 1); x < count; x += group) {
-        write_item(sv, std::int32_t(x), s.item_first[k] + x, row_of, local_len_of_any);
-      }
+    auto row_of = [&](std::int32_t p) { return std::int64_t(std::uint32_t(p) / std::uint32_t(H)); };
+    with_local_len([&](const auto& local_len_of) {
+      ex.parallel(num_splits << group_log2, [&](std::int64_t t) {
+        const std::int64_t k = t >> group_log2;
+        const SplitView sv = split_view(sorted_index(k));
+        const std::int64_t count = s.tiles[sv.b];
+        for (std::int64_t x = t & (group - 1); x < count; x += group) {
+          write_item(sv, std::int32_t(x), s.item_first[k] + x, row_of, local_len_of);
+        }
+      });
     });
   } else {
     ex.parallel(num_splits, [&](std::int64_t k) {

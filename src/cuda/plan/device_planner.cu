@@ -403,8 +403,8 @@ __global__ void __launch_bounds__(kThreads, 1) plan_kernel(const PlanParams p) {
 }
 
 template <int kThreads>
-void launch_planner(const PlanParams& p, bool shared_scratch, cudaStream_t s) {
-  if (shared_scratch) {
+void launch_planner(const PlanParams& p, cudaStream_t s) {
+  if (p.smem_scratch) {
     gpu::launch_with_shared_memory<plan_kernel<kThreads, true>>(1, kThreads, kMaxSmem, p, s,
                                                                 "plan_kernel");
   } else {
@@ -462,13 +462,13 @@ void plan_on_device(Schedule& schedule, const DeviceBatchRef& batch, std::int64_
   // One size for every launch (the attribute is set once): the most any form uses.
   switch (plan_threads(c)) {
     case 256:
-      launch_planner<256>(p, p.smem_scratch, s);
+      launch_planner<256>(p, s);
       break;
     case 512:
-      launch_planner<512>(p, p.smem_scratch, s);
+      launch_planner<512>(p, s);
       break;
     default:
-      launch_planner<1024>(p, p.smem_scratch, s);
+      launch_planner<1024>(p, s);
   }
 }
 
