@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "cuda/decode/launch_plan.h"
 #include "cuda/decode/sm90/config.h"
 
@@ -13,6 +16,8 @@ const char* to_string(DecodeKernel k) {
       return "none";
     case DecodeKernel::fma:
       return "fma";
+    case DecodeKernel::sm90_bf16_rounds:
+      return "sm90_bf16_rounds";
     case DecodeKernel::sm90_bf16_bulk:
       return "sm90_bf16_bulk";
     case DecodeKernel::sm90_bf16:
@@ -21,6 +26,12 @@ const char* to_string(DecodeKernel k) {
       return "sm90_fp8";
   }
   return "?";
+}
+
+bool rounds_for_launch() {
+  const char* v = std::getenv("DCPMLA_DECODE_ROUNDS");
+  if (v != nullptr && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0)) return v[0] == '1';
+  return sm90::kRounds;
 }
 
 DecodeKernelChoice select_decode_kernel(const DecodeConfig& c) {
@@ -51,6 +62,15 @@ DecodeKernelChoice select_decode_kernel(const DecodeConfig& c) {
   } else {
     choice.kernel =
         bulk_copies_fit(c.block_size) ? DecodeKernel::sm90_bf16_bulk : DecodeKernel::sm90_bf16;
+  }
+  // The round decode: bf16 tiles by one 64-row box a chunk (pages of a multiple of 64 tokens),
+  // and heads in multiples of 32, so that no tile of any work item has 16 pairs or fewer (those
+  // run narrow in the warp-specialised form; the round decode runs every tile wide, with the
+  // same bits).
+  if (c.rounds && choice.kernel == DecodeKernel::sm90_bf16_bulk && c.block_size % 64 == 0 &&
+      c.num_heads % 32 == 0 && c.tile_pairs > 16) {
+    choice.kernel = DecodeKernel::sm90_bf16_rounds;
+    return choice;
   }
   if (sm90::kNarrowPairs >= 16 && c.tile_pairs <= 16) {
     choice.narrow_pairs = 16;

@@ -14,6 +14,7 @@ enum class DecodeKernel {
   sm90_bf16_bulk,  // decode/sm90, bf16 cache: tiles inside the visible range by bulk tensor copies
   sm90_bf16,       // decode/sm90, bf16 cache: tiles by the threads' copies
   sm90_fp8,        // decode/sm90, fp8 cache: tiles by the threads' copies, widened to bf16
+  sm90_bf16_rounds,  // decode/sm90/round_kernel.cuh: wide bf16 tiles by 64-row boxes, in rounds
 };
 const char* to_string(DecodeKernel k);
 
@@ -23,7 +24,12 @@ struct DecodeConfig {
   int num_heads = 1;
   int block_size = 1;
   int tile_pairs = 64;  // (row, head) pairs of one thread block's tile, 1 .. 64
+  // Whether the round decode takes the launches it can run (decode() passes rounds_for_launch()).
+  bool rounds = false;
 };
+// The default of DecodeConfig::rounds for a launch: sm90::kRounds, or DCPMLA_DECODE_ROUNDS (0 or
+// 1) where it is set.
+bool rounds_for_launch();
 
 struct DecodeKernelChoice {
   DecodeKernel kernel = DecodeKernel::none;

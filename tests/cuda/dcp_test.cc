@@ -2,6 +2,7 @@
 // collectives) on one GPU, against the double-precision reference and the CPU backend.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <random>
 
 #include "gpu_test_support.h"
@@ -185,6 +186,44 @@ TEST(CudaDcp, NarrowAndWideTilesGiveTheSameBits) {
         EXPECT_TRUE(cmp.pass) << describe(cmp);
         if (HasFailure()) return;
       }
+    }
+  }
+}
+
+// The round decode (round_kernel.cuh) and the warp-specialised form give the same bits on the
+// launches the round decode takes (bf16, pages of 64 or 128 tokens, heads in multiples of 32;
+// 96 heads make tiles of 48 pairs, rules::tile_step's halves), on ragged DCP batches with rows
+// that see no key, split and unsplit (DCPMLA_DECODE_ROUNDS picks the kernel of a launch).
+TEST(CudaDcp, RoundsAndWarpSpecialisedGiveTheSameBits) {
+  DCPMLA_REQUIRE_GPU();
+  int seed = 90;
+  for (int heads : {32, 64, 96, 128}) {
+    for (int W : {1, 2}) {
+      testing::ScenarioSpec spec;
+      spec.world = W;
+      spec.heads = heads;
+      spec.block_size = heads == 64 ? 128 : 64;
+      spec.kv_dtype = DType::bf16;
+      spec.q_dtype = DType::bf16;
+      spec.seed = seed++;
+      const testing::Scenario sc =
+          custom_scenario(spec, {1, 3, 5, 8, 2, 6}, {900, 1500, 64, 2000, 3, 1300});
+      testing::RunOptions o;
+      o.model = gpu_testing::kNoSplitModel;
+      o.kv_chunk_blocks = seed % 2 ? 4 : 0;
+      SCOPED_TRACE(testing::describe_run(sc, o));
+      ::setenv("DCPMLA_DECODE_ROUNDS", "0", 1);
+      const auto ws = testing::run_dcp(sc, factory(), o);
+      ::setenv("DCPMLA_DECODE_ROUNDS", "1", 1);
+      const auto rounds = testing::run_dcp(sc, factory(), o);
+      ::unsetenv("DCPMLA_DECODE_ROUNDS");
+      const auto a = testing::agreement(ws, rounds);
+      EXPECT_TRUE(a.bit_identical)
+          << "max|dO| " << a.max_out_diff << " max|dLSE| " << a.max_lse_diff;
+      const auto cmp =
+          testing::compare(sc, rounds, testing::run_reference(sc), testing::tolerance_for(spec, o));
+      EXPECT_TRUE(cmp.pass) << describe(cmp);
+      if (HasFailure()) return;
     }
   }
 }

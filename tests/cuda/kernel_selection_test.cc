@@ -40,6 +40,24 @@ TEST(KernelSelection, TilesOfAtMost16PairsRunTheNarrowForm) {
   EXPECT_EQ(pick(DType::bf16, DType::bf16, 64, 64).narrow_pairs, 0);
 }
 
+DecodeKernel with_rounds(DType cache, int heads, int block_size) {
+  return select_decode_kernel({DType::bf16, cache, heads, block_size, 64, /*rounds=*/true}).kernel;
+}
+
+TEST(KernelSelection, RoundsTakeWideBf16TilesOf64RowBoxes) {
+  EXPECT_EQ(with_rounds(DType::bf16, 128, 64), DecodeKernel::sm90_bf16_rounds);
+  EXPECT_EQ(with_rounds(DType::bf16, 32, 128), DecodeKernel::sm90_bf16_rounds);
+  EXPECT_EQ(with_rounds(DType::bf16, 96, 256), DecodeKernel::sm90_bf16_rounds);
+  // Pages smaller than a box, heads that leave tiles of 16 pairs or fewer, fp8: not theirs.
+  EXPECT_EQ(with_rounds(DType::bf16, 128, 32), DecodeKernel::sm90_bf16_bulk);
+  EXPECT_EQ(with_rounds(DType::bf16, 16, 64), DecodeKernel::sm90_bf16_bulk);
+  EXPECT_EQ(with_rounds(DType::bf16, 80, 64), DecodeKernel::sm90_bf16_bulk);
+  EXPECT_EQ(with_rounds(DType::fp8_e4m3, 128, 64), DecodeKernel::sm90_fp8);
+  // Off unless asked for.
+  EXPECT_EQ(select_decode_kernel({DType::bf16, DType::bf16, 128, 64, 64}).kernel,
+            DecodeKernel::sm90_bf16_bulk);
+}
+
 TEST(KernelSelection, UnsupportedConfigurationsSayWhy) {
   const DecodeKernelChoice q = pick(DType::fp8_e4m3, DType::bf16);
   EXPECT_FALSE(q.supported());

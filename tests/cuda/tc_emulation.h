@@ -13,6 +13,7 @@
 //   cp.async           copied at once
 //   wgmma              each thread computes its own accumulator fragment at issue, from the
 //                      operands the descriptors address (K-major or MN-major, 128-byte swizzle),
+//                      or, for an A fragment in registers (RS), from its quad's registers,
 //                      into a shadow: the registers read NaN until the wait that retires the MMA
 //                      (writing them meanwhile aborts);
 //                      the warpgroup's MMA starts when its last thread issues it (its operand bytes
@@ -323,10 +324,12 @@ inline bool poisoned(const float* d, int n) {
 
 // D[64 x N] (+)= A[64 x 16] B[16 x N], this thread's fragment (rows 16 warp + lane / 4 (+ 8),
 // columns 8 j + 2 (lane % 4) + {0, 1}, in d[4 j + 2 r + e]), computed at issue into d's shadow.
+// A's two rows of this thread come from shared memory (A_desc) or, for an A fragment in
+// registers, from `a_rows` (rs_rows below).
 template <int N>
-void wgmma(float (&d)[N / 2], std::uint64_t a_desc, std::uint64_t b_desc, bool accumulate,
-           bool a_mn, bool b_mn) {
-  const Descriptor A(a_desc), B(b_desc);
+void wgmma(float (&d)[N / 2], const Descriptor* A_desc, const float (*a_rows)[16],
+           std::uint64_t b_desc, bool accumulate, bool a_mn, bool b_mn) {
+  const Descriptor B(b_desc);
   const int t = int(thread_idx.x) % 128, warp = t / 32, lane = t % 32;
   const int rows[2] = {16 * warp + lane / 4, 16 * warp + lane / 4 + 8};
   ThreadMmas& mine = this_thread_mmas();
@@ -340,7 +343,8 @@ void wgmma(float (&d)[N / 2], std::uint64_t a_desc, std::uint64_t b_desc, bool a
   float a[2][16];
   for (int r = 0; r < 2; ++r) {
     for (int k = 0; k < 16; ++k) {
-      a[r][k] = dcpmla::bf16_to_float(shared_u16(A.at(rows[r], k, a_mn)));
+      a[r][k] = A_desc != nullptr ? dcpmla::bf16_to_float(shared_u16(A_desc->at(rows[r], k, a_mn)))
+                                  : a_rows[r][k];
     }
   }
   for (int j = 0; j < N / 8; ++j) {
@@ -363,8 +367,8 @@ void wgmma(float (&d)[N / 2], std::uint64_t a_desc, std::uint64_t b_desc, bool a
   WarpgroupMmas& wg = this_warpgroup_mmas();
   if (int(wg.mmas.size()) <= index) {
     Mma m;
-    for (int i = 0; i < 64; ++i) {
-      for (int k = 0; k < 16; ++k) m.addrs.push_back(A.at(i, k, a_mn));
+    for (int i = 0; i < 64 && A_desc != nullptr; ++i) {
+      for (int k = 0; k < 16; ++k) m.addrs.push_back(A_desc->at(i, k, a_mn));
     }
     for (int i = 0; i < N; ++i) {
       for (int k = 0; k < 16; ++k) m.addrs.push_back(B.at(i, k, b_mn));
@@ -382,6 +386,36 @@ void wgmma(float (&d)[N / 2], std::uint64_t a_desc, std::uint64_t b_desc, bool a
     }
     sync_state.cv.notify_all();
   }
+}
+
+// Both operands in shared memory.
+template <int N>
+void wgmma(float (&d)[N / 2], std::uint64_t a_desc, std::uint64_t b_desc, bool accumulate,
+           bool a_mn, bool b_mn) {
+  const Descriptor A(a_desc);
+  wgmma<N>(d, &A, nullptr, b_desc, accumulate, a_mn, b_mn);
+}
+
+// The rows of A (bf16 values, as floats) whose fragment in registers the threads of this
+// thread's quad hold: thread q of a quad holds, of its rows r0 and r0 + 8, columns 2 q + {0, 1}
+// (a[0]: r0, a[1]: r0 + 8) and 8 + 2 q + {0, 1} (a[2]: r0, a[3]: r0 + 8), two bf16 a register
+// (low half first). Every lane of the warp calls (the instruction is warp-synchronous).
+inline void rs_rows(const std::uint32_t (&a)[4], float (&rows)[2][16]) {
+  static std::uint32_t posted[32][32][4];  // [warp][lane][register]: one block runs at a time
+  const int w = warp_of_thread(), lane = int(thread_idx.x) % 32;
+  std::copy(a, a + 4, posted[w][lane]);
+  __syncwarp();
+  for (int q = 0; q < 4; ++q) {
+    const std::uint32_t* from = posted[w][(lane & ~3) + q];
+    for (int r = 0; r < 2; ++r) {
+      for (int half = 0; half < 2; ++half) {
+        const std::uint32_t v = from[2 * half + r];
+        rows[r][8 * half + 2 * q] = dcpmla::bf16_to_float(std::uint16_t(v & 0xffffu));
+        rows[r][8 * half + 2 * q + 1] = dcpmla::bf16_to_float(std::uint16_t(v >> 16));
+      }
+    }
+  }
+  __syncwarp();
 }
 
 inline void wgmma_commit() {
@@ -509,6 +543,11 @@ void wgmma_wait() {
   dcpmla_emu::wgmma_wait(N);
 }
 inline void fence_proxy_async_shared() {}
+// Registers are the host thread's: moving them between warpgroups changes nothing.
+template <int N>
+void release_registers() {}
+template <int N>
+void claim_registers() {}
 template <int N>
 void pin_registers(float (&)[N]) {}
 
@@ -529,6 +568,12 @@ inline void wgmma_m64n16k16_ss_ta(float (&d)[8], std::uint64_t a, std::uint64_t 
 }
 inline void wgmma_m64n32k16_ss_ta(float (&d)[16], std::uint64_t a, std::uint64_t b, bool acc) {
   dcpmla_emu::wgmma<32>(d, a, b, acc, true, false);
+}
+inline void wgmma_m64n64k16_rs(float (&d)[32], const std::uint32_t (&a)[4], std::uint64_t b,
+                               bool acc) {
+  float rows[2][16];
+  dcpmla_emu::rs_rows(a, rows);
+  dcpmla_emu::wgmma<64>(d, nullptr, rows, b, acc, false, false);
 }
 
 inline void cp_async16_line(std::uint32_t dst, const void* src) {

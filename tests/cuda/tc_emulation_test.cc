@@ -1,11 +1,13 @@
 // The tensor-core decode kernels' own source (src/cuda/decode/sm90/kernel.cuh with its narrow
-// tiles, bulk tensor copies, mbarriers, named barriers and wgmma) run on the CPU through a host
-// emulation of those instructions (tc_emulation.h): no GPU needed. Checks the kernels against the
-// CPU backend on ragged DCP batches (poisoned pages, several KV tiles a walk, split and unsplit,
-// narrow, partial and whole tiles), that the flattened and native forms give the same bits, and,
-// through the emulation's own checks, that no barrier deadlocks or is misused, that no MMA's
-// operands change while it is in flight and that no thread overwrites an MMA's operands before it
-// is ordered after the MMA's completion (with a negative control of that check).
+// tiles, and the round decode, round_kernel.cuh: bulk tensor copies, mbarriers, named barriers and
+// wgmma, RS included) run on the CPU through a host emulation of those instructions
+// (tc_emulation.h): no GPU needed. Checks the kernels against the CPU backend on ragged DCP batches
+// (poisoned pages, several KV tiles a walk, split and unsplit, narrow, partial and whole tiles),
+// that the flattened and native forms give the same bits, that the round decode gives the bits of
+// the warp-specialised and narrow forms, and, through the emulation's own checks, that no barrier
+// deadlocks or is misused, that no MMA's operands change while it is in flight and that no thread
+// overwrites an MMA's operands before it is ordered after the MMA's completion (with a negative
+// control of that check).
 #include "tc_emulation.h"
 // The emulation shims must come first.
 #include <gtest/gtest.h>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "cuda/decode/sm90/kernel.cuh"
+#include "cuda/decode/sm90/round_kernel.cuh"
 #include "emulated_decode.h"
 
 namespace dcpmla::cuda {
@@ -25,19 +28,32 @@ namespace {
 
 using namespace emulated;
 
+// The bf16 cache's tensor map, as sm90_decode.cu encodes it.
+CUtensorMap kv_map_of(const DecodeParams& p) {
+  const std::int64_t rows = std::int64_t(p.num_blocks) * p.block_size;
+  return dcpmla_emu::encode_tensor_map({static_cast<const unsigned char*>(p.cache),
+                                        {std::uint64_t(kHeadDim), std::uint64_t(rows)},
+                                        std::uint64_t(kHeadDim) * 2,
+                                        {64u, std::uint32_t(std::min(p.block_size, 64))},
+                                        2u});
+}
+
 template <sm90::Cache C, bool Bulk>
 void run_ws(const TileRun& run) {
   DecodeParams p = run.p;
-  if (Bulk) {
-    const std::int64_t rows = std::int64_t(p.num_blocks) * p.block_size;
-    p.kv_map = dcpmla_emu::encode_tensor_map({static_cast<const unsigned char*>(p.cache),
-                                              {std::uint64_t(kHeadDim), std::uint64_t(rows)},
-                                              std::uint64_t(kHeadDim) * 2,
-                                              {64u, std::uint32_t(std::min(p.block_size, 64))},
-                                              2u});
-  }
+  if (Bulk) p.kv_map = kv_map_of(p);
   dcpmla_emu::run_grid(int(run.plan.work.size()), sm90::kThreads, sm90::kSmemBytes,
                        [&] { sm90::decode_kernel<C, Bulk>(p); });
+}
+
+// The round decode (bf16 caches of pages of a multiple of 64 tokens), whatever the tiles' pairs:
+// it runs tiles of 16 pairs or fewer wide, which the kernel selection leaves to the narrow form.
+void run_rounds(const testing::ScenarioSpec& spec, const TileRun& run) {
+  ASSERT_TRUE(spec.kv_dtype == DType::bf16 && spec.block_size % 64 == 0);
+  DecodeParams p = run.p;
+  p.kv_map = kv_map_of(p);
+  dcpmla_emu::run_grid(int(run.plan.work.size()), sm90::rounds::kThreads, sm90::rounds::kSmemBytes,
+                       [&] { sm90::rounds::round_decode_kernel(p); });
 }
 
 // The sm90 kernel sm90_decode.cu launches for the scenario's cache.
@@ -116,6 +132,66 @@ TEST(TensorCoreEmulation, FlattenedAndNativeGiveTheSameBits) {
       const Result flattened = emulated_decode(sc, rank, flat, limits, DType::f32, run_sm90);
       ASSERT_EQ(std::memcmp(native.out.data(), flattened.out.data(), native.out.size() * 4), 0);
       ASSERT_EQ(std::memcmp(native.lse.data(), flattened.lse.data(), native.lse.size() * 4), 0);
+    }
+  }
+}
+
+// The round decode against the CPU backend: several rounds a walk (both stages and mbarrier
+// parities), odd and even tile counts, partial last tiles, tiles of 16 and 32 pairs, rows that see
+// no key (the small DCP case), pages of 64 and 128 tokens, split and unsplit.
+TEST(TensorCoreEmulation, RoundsMatchCpuBackend) {
+  struct Case {
+    int H, bs, chunk;
+    DType out;
+    bool small;
+  };
+  const Case cases[] = {
+      {32, 64, 0, DType::f32, false},
+      {64, 128, 2, DType::bf16, false},
+      {16, 64, 3, DType::f32, false},
+      {32, 64, 0, DType::f32, true},
+  };
+  int seed = 70;
+  for (const Case& c : cases) {
+    const bool rising = seed % 2 == 0;
+    const testing::Scenario sc =
+        c.small ? small_case(DType::bf16, DType::bf16, c.H, c.bs, std::uint64_t(seed))
+                : walk_case(DType::bf16, c.H, c.bs, std::uint64_t(seed), rising);
+    Split limits;
+    limits.kv_chunk_blocks = c.chunk;
+    const int rank = seed++ % 2;
+    SCOPED_TRACE(testing::describe(sc.spec) + " out " + to_string(c.out) + " rank " +
+                 std::to_string(rank) + " chunk " + std::to_string(c.chunk) +
+                 (rising ? " rising" : ""));
+    const Result got = emulated_decode(sc, rank, sc.batch, limits, c.out, run_rounds);
+    const Result want = cpu_decode(sc, rank, limits, c.out);
+    const double scale = rising && !c.small ? 8.0 : 1.0;
+    testing::expect_rows_close(got, want, (c.out == DType::bf16 ? 2e-2 : 1e-2) * scale, 1e-4);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// The round decode gives the bits of the warp-specialised form (kernel.cuh: wide tiles at H 32
+// and 64, narrow ones at H 16) and of its own flattened form: the same arithmetic, pair for pair.
+TEST(TensorCoreEmulation, RoundsGiveTheBitsOfTheOtherForms) {
+  int seed = 80;
+  for (int H : {16, 32, 64}) {
+    for (bool rising : {false, true}) {
+      const testing::Scenario sc = walk_case(DType::bf16, H, 64, std::uint64_t(seed++), rising);
+      Split limits;
+      limits.kv_chunk_blocks = H == 32 ? 2 : 0;
+      const int rank = seed % 2;
+      SCOPED_TRACE(testing::describe(sc.spec) + " rank " + std::to_string(rank) +
+                   (rising ? " rising" : ""));
+      const Result ws = emulated_decode(sc, rank, sc.batch, limits, DType::f32, run_sm90);
+      const Result rounds = emulated_decode(sc, rank, sc.batch, limits, DType::f32, run_rounds);
+      ASSERT_EQ(std::memcmp(ws.out.data(), rounds.out.data(), ws.out.size() * 4), 0);
+      ASSERT_EQ(std::memcmp(ws.lse.data(), rounds.lse.data(), ws.lse.size() * 4), 0);
+      if (!rising) continue;
+      const Result flat =
+          emulated_decode(sc, rank, flatten(sc.batch), limits, DType::f32, run_rounds);
+      ASSERT_EQ(std::memcmp(flat.out.data(), rounds.out.data(), ws.out.size() * 4), 0);
+      ASSERT_EQ(std::memcmp(flat.lse.data(), rounds.lse.data(), ws.lse.size() * 4), 0);
     }
   }
 }

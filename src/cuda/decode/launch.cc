@@ -48,7 +48,8 @@ void decode(const DecodeArgs& a, const Schedule& schedule, cudaStream_t s) {
   }
   require_aligned(a.cache.data, "cache.data");
   if (a.workspace.bytes() > 0) require_aligned(a.workspace.data, "workspace");
-  const DecodeKernelChoice kernel = select_decode_kernel({a.q.dtype, a.cache.dtype, H, bs});
+  const DecodeKernelChoice kernel =
+      select_decode_kernel({a.q.dtype, a.cache.dtype, H, bs, kTilePairs, rounds_for_launch()});
   DCPMLA_REQUIRE(kernel.supported(), ErrorCode::unsupported, "decode",
                  "a configuration a CUDA kernel runs", kernel.why_not);
 

@@ -18,4 +18,8 @@ inline constexpr bool kPvInTurn = true;
 // P = exp2(s - m) <= 2^kRescaleSlack and most tiles of a long row leave O unscaled.
 inline constexpr float kRescaleSlack = 8.0f;
 
+// Launches the round decode can run (wide bf16 tiles by 64-row boxes, round_kernel.cuh) take it
+// rather than the warp-specialised form (kernel.cuh).
+inline constexpr bool kRounds = true;
+
 }  // namespace dcpmla::cuda::sm90

@@ -1,9 +1,11 @@
-// Launch of the tensor-core decode kernel (kernel.cuh), with the tensor map of the
-// cache for its bulk tensor copies (bf16 caches whose block size is 16, 32 or a multiple of 64).
+// Launch of the tensor-core decode kernels (kernel.cuh, round_kernel.cuh), with the tensor map of
+// the cache for its bulk tensor copies (bf16 caches whose block size is 16, 32 or a multiple of
+// 64).
 #include <cudaTypedefs.h>
 
 #include "cuda/decode/launch_plan.h"
 #include "cuda/decode/sm90/kernel.cuh"
+#include "cuda/decode/sm90/round_kernel.cuh"
 #include "gpu/check.h"
 #include "gpu/launch_config.h"
 
@@ -50,7 +52,12 @@ void launch_sm90_decode(const DecodeParams& params, DecodeKernel kernel, std::in
   if (num_tiles <= 0) return;
   DecodeParams p = params;
   const unsigned blocks = unsigned(num_tiles);
-  if (kernel == DecodeKernel::sm90_bf16_bulk) {
+  if (kernel == DecodeKernel::sm90_bf16_rounds) {
+    encode_kv_map(p, kv_shared);
+    gpu::launch_with_shared_memory<sm90::rounds::round_decode_kernel>(
+        blocks, sm90::rounds::kThreads, sm90::rounds::kSmemBytes, p, s,
+        "round_decode_kernel<<<>>>");
+  } else if (kernel == DecodeKernel::sm90_bf16_bulk) {
     encode_kv_map(p, kv_shared);
     gpu::launch_with_shared_memory<sm90::decode_kernel<sm90::Cache::bf16, true>>(
         blocks, sm90::kThreads, sm90::kSmemBytes, p, s, "decode_kernel<<<>>>");

@@ -1,0 +1,226 @@
+// The round decode: the sm90 decode of wide bf16 tiles whose KV comes by 64-row boxes (block
+// size a multiple of 64), in rounds of two KV tiles on two consumer warpgroups, so that one
+// warpgroup's softmax runs beside the other's MMAs (docs/design/decode-kernel.md, "The round
+// decode").
+//
+// A thread block of 384 threads per DecodeTile (64 (row, head) pairs of one work item) walks the
+// item's KV in 64-token tiles through 2 stages; round j takes tiles A = 2 j (stage 0) and
+// B = 2 j + 1 (stage 1):
+//
+//   C0 (warpgroup 0): S and the softmax of every A, and O_L (V dims 0-255, 64 x 256 fp32)
+//   C1 (warpgroup 1): S and the softmax of every B, and O_R (V dims 256-511)
+//   producer (warpgroup 2): thread 0 issues the boxes of every tile (round_loads.cuh)
+//
+//   C0: free A{8}; softmax A; P_A -> pbuf0, m, l [A_READY]; O_L *= f_A; P_A V_L; wait;
+//       free A{0-3}; |B_READY| |AR_ISSUED| O_L *= f_B; P_B V_L [BL_ISSUED]; wait; free B{0-3};
+//       S(A'); wait
+//   C1: free B{8}; |A_READY| softmax B; P_B -> pbuf1, m, l [B_READY]; O_R *= f_A; P_A V_R
+//       [AR_ISSUED]; wait; free A{4-7}; O_R *= f_B; |BL_ISSUED| P_B V_R; wait; free B{4-7};
+//       S(B'); wait
+//
+// (A' = A + 2, B' = B + 2; "free" arrives on the group's empty barrier, after which the producer
+// refills it with the tile two ahead.) The arithmetic is the warp-specialised form's (kernel.cuh),
+// pair for pair: m and l are handed on in tile order through shared memory, each half of O is
+// rescaled and multiplied by P in tile order, S runs in the k-order 0-3, 8, 4-7, and the other
+// warpgroup's factor is recomputed from the two maxima with the same operations. So the bits are
+// those of kernel.cuh and of the narrow form.
+//
+// Each chunk of a stage has its own mbarrier, and a chunk group is freed by its last reader after
+// its own wait: chunk 8 after S, chunks 0-3 after P.V of O_L, chunks 4-7 after P.V of O_R.
+// No P lives in a KV stage: P_A has its own buffer, P_B takes Q's rope chunk, which S reads from
+// registers (RS wgmma). A P buffer or the m / l slots are rewritten only after a chain of
+// landings whose boxes were issued after their readers' waits, so neither needs a barrier of
+// its own.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/decode/sm90/epilogue.cuh"
+#include "cuda/decode/sm90/round_layout.cuh"
+#include "cuda/decode/sm90/round_loads.cuh"
+#include "cuda/decode/sm90/round_scores.cuh"
+#include "cuda/decode/sm90/round_softmax.cuh"
+#include "cuda/decode/sm90/smem_layout.cuh"
+#include "cuda/hopper/registers.cuh"
+
+namespace dcpmla::cuda {
+namespace sm90::rounds {
+
+// O (this warpgroup's half: rows[r] in o[4 j + 2 r + {0, 1}], dims 8 j + 2 quad) times the
+// factors of its two rows, unless every row of the warp keeps its scale (x 1 changes no bits).
+__device__ __forceinline__ void rescale_o(float (&o)[128], const float (&f)[2]) {
+  if (__any_sync(0xffffffffu, f[0] != 1.0f || f[1] != 1.0f)) {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      o[4 * j + 0] *= f[0];
+      o[4 * j + 1] *= f[0];
+      o[4 * j + 2] *= f[1];
+      o[4 * j + 3] *= f[1];
+    }
+  }
+  hopper::pin_registers(o);
+}
+
+// O += P V for the warpgroup's half (og 0: V chunks 0-3, og 1: chunks 4-7) of tile `index`, P in
+// the tile at p: 4 wgmma m64n256k16, V read transposed from the stage; one commit group.
+__device__ __forceinline__ void issue_pv(float (&o)[128], const RoundSmem& sm, std::uint32_t p,
+                                         int index, int og) {
+  const std::uint64_t desc_p = hopper::smem_descriptor(p, 16, 1024);
+  const std::uint64_t desc_v =
+      hopper::smem_descriptor(sm.stage(index) + og * 4 * kChunkBytes, kChunkBytes, 1024);
+  hopper::wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < kKeys / 16; ++ks) {
+    hopper::wgmma_m64n256k16_ss_tb(o, desc_p + ks * 2, desc_v + ks * (16 * 128 >> 4), true);
+  }
+  hopper::wgmma_commit();
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    round_decode_kernel(const __grid_constant__ DecodeParams p) {
+  DCPMLA_DYNAMIC_SMEM(smem_raw);
+  const RoundSmem sm(aligned_smem(smem_raw));
+
+  // Launched for the plan buffer's capacity under a CUDA graph: blocks past the plan exit.
+  if (p.header != nullptr && std::int64_t(blockIdx.x) >= p.header->num_items) return;
+  const DecodeTile tile = p.tiles[blockIdx.x];
+  const int tid = threadIdx.x, wt = tid & 127;
+  const int wg = warp_uniform_warpgroup();
+  const int lane = tid & 31, warp = wt >> 5, quad = lane & 3;
+  const int n = (tile.kv_visible_end - tile.kv_begin + kKeys - 1) / kKeys;
+  // The thread's two accumulator rows (the same in S and in O).
+  const int rows[2] = {16 * warp + (lane >> 2), 16 * warp + (lane >> 2) + 8};
+  auto t0_of = [&](int index) { return tile.kv_begin + index * kKeys; };
+
+  if (tid == 0) {
+    for (int i = 0; i < 2 * kChunks; ++i) hopper::mbarrier_init(sm.full + 8u * i, 1);
+    for (int i = 0; i < 2 * kGroups; ++i) hopper::mbarrier_init(sm.empty + 8u * i, 1);
+  }
+  __syncthreads();
+  if (wg == 2) {
+    hopper::release_registers<kProducerRegisters>();
+    if (wt == 0) produce_tiles(p, sm, tile, n);
+    return;
+  }
+  hopper::claim_registers<kConsumerRegisters>();
+  if (n > 0) {
+    load_q<kConsumerThreads>(p, tile, sm.q, tid);
+    hopper::cp_async_wait_all();
+    hopper::fence_proxy_async_shared();
+  }
+  named_barrier_sync(kQLoaded, kConsumerThreads);
+
+  RopeFragment rope;
+  load_rope_fragment(sm, warp, lane, rope);
+  const float scale_log2 = score_scale_log2(p);
+  const int lim[2] = {pair_key_limit(p, tile, rows[0]), pair_key_limit(p, tile, rows[1])};
+  RowState st;
+  float o[128];
+#pragma unroll
+  for (int k = 0; k < 128; ++k) o[k] = 0.0f;
+  float s[32];
+  // S of the warpgroup's tile of round 0 (S of later rounds is issued at the end of the round
+  // before, each warpgroup its own).
+  auto scores = [&](int index) {
+    if (partial_tile(tile, index)) zero_tail(sm, tile, index, wt, wg);
+    issue_scores(sm, index, rope, s);
+    hopper::wgmma_wait<0>();
+    hopper::pin_registers(s);
+  };
+  if (wg < n) scores(wg);
+
+  for (int a = 0; a < n; a += 2) {
+    const int b = a + 1;
+    const bool has_b = b < n;
+    const bool next_a = a + 2 < n, next_b = b + 2 < n;
+    // Group g of tile t's stage is free for the producer (which refills it with tile t + 2).
+    auto free_group = [&](int t, ChunkGroup g) {
+      if (wt == 0) hopper::mbarrier_arrive(sm.empty_bar(t & 1, g));
+    };
+    if (wg == 0) {
+      // ---- C0: tile A, then O_L through tile B ----------------------------------------------
+      if (next_a) free_group(a, kRopeGroup);
+      float f_a[2];
+      std::uint32_t packed[8][2];
+      tile_softmax(s, t0_of(a), lim, quad, scale_log2, st, f_a, packed);
+      store_p(sm.p0, rows, quad, packed);
+      publish_rows(sm, rows, quad, st);
+      hopper::fence_proxy_async_shared();
+      named_barrier_arrive(kAReady, kConsumerThreads);
+      rescale_o(o, f_a);
+      issue_pv(o, sm, sm.p0, a, 0);
+      hopper::wgmma_wait<0>();
+      hopper::pin_registers(o);
+      if (next_a) free_group(a, kLowGroup);
+      if (has_b) {
+        named_barrier_sync(kBReady, kConsumerThreads);
+        const float m_a[2] = {st.m[0], st.m[1]};
+        read_rows(sm, rows, quad, st);
+        const float f_b[2] = {factor_between(m_a[0], st.m[0]), factor_between(m_a[1], st.m[1])};
+        rescale_o(o, f_b);
+        named_barrier_sync(kArIssued, kConsumerThreads);
+        issue_pv(o, sm, sm.p1, b, 0);
+        named_barrier_arrive(kBlIssued, kConsumerThreads);
+        hopper::wgmma_wait<0>();
+        hopper::pin_registers(o);
+        if (next_b) free_group(b, kLowGroup);
+      }
+      if (next_a) scores(a + 2);
+    } else {
+      // ---- C1: tile B, and O_R through tiles A and B ----------------------------------------
+      if (next_b) free_group(b, kRopeGroup);
+      named_barrier_sync(kAReady, kConsumerThreads);
+      const float m_before_a[2] = {st.m[0], st.m[1]};
+      read_rows(sm, rows, quad, st);
+      const float f_a[2] = {factor_between(m_before_a[0], st.m[0]),
+                            factor_between(m_before_a[1], st.m[1])};
+      float f_b[2] = {1.0f, 1.0f};
+      if (has_b) {
+        std::uint32_t packed[8][2];
+        tile_softmax(s, t0_of(b), lim, quad, scale_log2, st, f_b, packed);
+        store_p(sm.p1, rows, quad, packed);
+        publish_rows(sm, rows, quad, st);
+        hopper::fence_proxy_async_shared();
+        named_barrier_arrive(kBReady, kConsumerThreads);
+      }
+      rescale_o(o, f_a);
+      issue_pv(o, sm, sm.p0, a, 1);
+      if (has_b) named_barrier_arrive(kArIssued, kConsumerThreads);
+      hopper::wgmma_wait<0>();
+      hopper::pin_registers(o);
+      if (next_a) free_group(a, kHighGroup);
+      if (has_b) {
+        rescale_o(o, f_b);
+        named_barrier_sync(kBlIssued, kConsumerThreads);
+        issue_pv(o, sm, sm.p1, b, 1);
+        hopper::wgmma_wait<0>();
+        hopper::pin_registers(o);
+        if (next_b) free_group(b, kHighGroup);
+        if (next_b) scores(b + 2);
+      }
+    }
+  }
+  named_barrier_sync(kFinalRows, kConsumerThreads);  // the last tile's m and l are in place
+
+  const bool partial = tile.partial_row >= 0;
+  const bool packed = !partial && p.final_rows.group_heads != 0;
+  const std::int64_t first = first_output_item(p, tile);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float m_final = n > 0 ? sm.m[rows[r]] : -INFINITY;
+    const float total = quad_sum(n > 0 ? sm.l[4 * rows[r] + quad] : 0.0f);
+    if (rows[r] >= tile.num_pairs) continue;
+    const std::int64_t item = first + rows[r];
+    if (wg == 0 && quad == 0) store_lse(p, partial, packed, item, pair_lse(m_final, total));
+    const float scale = output_scale(p, total);
+    const int col = 256 * wg + 2 * quad;
+    if (packed) {
+      store_packed_row(p, output_offset(p.final_rows, item, p.num_heads) + col, o, r, scale);
+    } else {
+      store_output_row(p, partial, item * kLatentDim + col, o, r, scale);
+    }
+  }
+}
+
+}  // namespace sm90::rounds
+}  // namespace dcpmla::cuda
