@@ -76,7 +76,9 @@ __device__ __forceinline__ void issue_pv(float (&o)[128], const RoundSmem& sm, s
   hopper::wgmma_commit();
 }
 
-__global__ void __launch_bounds__(kThreads, 1)
+// Internal linkage: the host emulation compiles this source as a function of its own test,
+// beside the CUDA library's kernel of the same name.
+static __global__ void __launch_bounds__(kThreads, 1)
     round_decode_kernel(const __grid_constant__ DecodeParams p) {
   DCPMLA_DYNAMIC_SMEM(smem_raw);
   const RoundSmem sm(aligned_smem(smem_raw));
