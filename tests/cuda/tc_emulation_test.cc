@@ -86,6 +86,21 @@ testing::Scenario walk_case(DType kv, int H, int bs, std::uint64_t seed, bool ri
   return sc;
 }
 
+// The emulated kernel `run` against the CPU backend on one rank of sc, KV split in chunks of
+// `chunk` blocks; absolute tolerances, times `scale` where the rising latents reach ~25 (a bf16
+// step is 0.125 there).
+void expect_matches_cpu(const testing::Scenario& sc, int rank, int chunk, DType out, bool rising,
+                        double scale, const TileRunner& run) {
+  Split limits;
+  limits.kv_chunk_blocks = chunk;
+  SCOPED_TRACE(testing::describe(sc.spec) + " out " + to_string(out) + " rank " +
+               std::to_string(rank) + " chunk " + std::to_string(chunk) +
+               (rising ? " rising" : ""));
+  const Result got = emulated_decode(sc, rank, sc.batch, limits, out, run);
+  const Result want = cpu_decode(sc, rank, limits, out);
+  testing::expect_rows_close(got, want, (out == DType::bf16 ? 2e-2 : 1e-2) * scale, 1e-4);
+}
+
 TEST(TensorCoreEmulation, V3MatchesCpuBackend) {
   struct Case {
     DType kv;
@@ -103,17 +118,8 @@ TEST(TensorCoreEmulation, V3MatchesCpuBackend) {
   for (const Case& c : cases) {
     const bool rising = seed % 2 == 0;
     const testing::Scenario sc = walk_case(c.kv, c.H, c.bs, seed, rising);
-    Split limits;
-    limits.kv_chunk_blocks = c.chunk;
     const int rank = seed++ % 2;
-    SCOPED_TRACE(testing::describe(sc.spec) + " out " + to_string(c.out) + " rank " +
-                 std::to_string(rank) + " chunk " + std::to_string(c.chunk) +
-                 (rising ? " rising" : ""));
-    const Result got = emulated_decode(sc, rank, sc.batch, limits, c.out, run_sm90);
-    const Result want = cpu_decode(sc, rank, limits, c.out);
-    // Absolute tolerances: the rising latents reach ~25, where a bf16 step is 0.125.
-    const double scale = rising ? 8.0 : 1.0;
-    testing::expect_rows_close(got, want, (c.out == DType::bf16 ? 2e-2 : 1e-2) * scale, 1e-4);
+    expect_matches_cpu(sc, rank, c.chunk, c.out, rising, rising ? 8.0 : 1.0, run_sm90);
     if (HasFatalFailure()) return;
   }
 }
@@ -157,16 +163,9 @@ TEST(TensorCoreEmulation, RoundsMatchCpuBackend) {
     const testing::Scenario sc =
         c.small ? small_case(DType::bf16, DType::bf16, c.H, c.bs, std::uint64_t(seed))
                 : walk_case(DType::bf16, c.H, c.bs, std::uint64_t(seed), rising);
-    Split limits;
-    limits.kv_chunk_blocks = c.chunk;
     const int rank = seed++ % 2;
-    SCOPED_TRACE(testing::describe(sc.spec) + " out " + to_string(c.out) + " rank " +
-                 std::to_string(rank) + " chunk " + std::to_string(c.chunk) +
-                 (rising ? " rising" : ""));
-    const Result got = emulated_decode(sc, rank, sc.batch, limits, c.out, run_rounds);
-    const Result want = cpu_decode(sc, rank, limits, c.out);
-    const double scale = rising && !c.small ? 8.0 : 1.0;
-    testing::expect_rows_close(got, want, (c.out == DType::bf16 ? 2e-2 : 1e-2) * scale, 1e-4);
+    expect_matches_cpu(sc, rank, c.chunk, c.out, rising, rising && !c.small ? 8.0 : 1.0,
+                       run_rounds);
     if (HasFatalFailure()) return;
   }
 }

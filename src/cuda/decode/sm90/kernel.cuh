@@ -44,6 +44,7 @@
 #include "cuda/decode/sm90/smem_layout.cuh"
 #include "cuda/decode/sm90/softmax.cuh"
 #include "cuda/decode/sm90/tile_loader.cuh"
+#include "cuda/decode/sm90/wide_softmax.cuh"
 #include "cuda/hopper/mbarrier.cuh"
 #include "cuda/hopper/tma.cuh"
 
@@ -123,57 +124,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     for (int i = 0; i < n; ++i) {
       const int t0 = tile.kv_begin + i * kKeys;
-      // Mask (only tiles that reach past a row's bound: the last ones), row max over the 64 keys
-      // (4 lanes of a quad hold a row) on raw scores (the scale is positive), rescale factor.
-      // A -inf score the mask keeps poisons its row: read_score in masked tiles, the minimum
-      // (a -inf among the thread's scores makes its P NaN) in the others.
-      const bool masked = t0 + kKeys > min(lim[0], lim[1]);
-      if (masked) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int key = t0 + 8 * j + 2 * quad + e;
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              float& v = s[4 * j + 2 * r + e];
-              v = key >= lim[r] ? -INFINITY : read_score(v);
-            }
-          }
-        }
-      }
-      float mx[2] = {-INFINITY, -INFINITY}, mn[2] = {INFINITY, INFINITY};
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          mx[r] = fmaxf(mx[r], fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-          mn[r] = fminf(mn[r], fminf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-        }
-      }
-      float factor[2], m_use[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        factor[r] = softmax_step(m[r], mx[r], scale_log2, m_use[r]);
-        if (!masked && mn[r] == -INFINITY) m_use[r] = NAN;
-      }
-      // P = exp2(S * scale_log2 - m): fp32 into the exp-sum (and the LSE), bf16 for the P.V MMAs.
+      float factor[2];
       std::uint32_t packed[8][2];
-      float sum[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const float p0 = softmax_p(s[4 * j + 2 * r], scale_log2, m_use[r]);
-          const float p1 = softmax_p(s[4 * j + 2 * r + 1], scale_log2, m_use[r]);
-          sum[r] += p0 + p1;
-          packed[j][r] = pack_bf16x2(p0, p1);
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) l[r] = rescaled_sum(l[r], factor[r], sum[r]);
+      wide_tile_softmax(s, t0, lim, quad, scale_log2, m, l, factor, packed);
 
       if (i >= 1) named_barrier_sync(kPFree, kThreads);  // P.V of tile i - 1 is done
 #pragma unroll

@@ -144,7 +144,7 @@ static __global__ void __launch_bounds__(kThreads, 1)
       if (next_a) free_group(a, kRopeGroup);
       float f_a[2];
       std::uint32_t packed[8][2];
-      tile_softmax(s, t0_of(a), lim, quad, scale_log2, st, f_a, packed);
+      wide_tile_softmax(s, t0_of(a), lim, quad, scale_log2, st.m, st.l, f_a, packed);
       store_p(sm.p0, rows, quad, packed);
       publish_rows(sm, rows, quad, st);
       hopper::fence_proxy_async_shared();
@@ -179,7 +179,7 @@ static __global__ void __launch_bounds__(kThreads, 1)
       float f_b[2] = {1.0f, 1.0f};
       if (has_b) {
         std::uint32_t packed[8][2];
-        tile_softmax(s, t0_of(b), lim, quad, scale_log2, st, f_b, packed);
+        wide_tile_softmax(s, t0_of(b), lim, quad, scale_log2, st.m, st.l, f_b, packed);
         store_p(sm.p1, rows, quad, packed);
         publish_rows(sm, rows, quad, st);
         hopper::fence_proxy_async_shared();

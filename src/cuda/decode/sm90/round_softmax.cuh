@@ -1,7 +1,7 @@
-// The softmax of one tile in the round decode (round_kernel.cuh), and the hand-off of each row's
-// running max m and exp-sum shares l from one tile's owner to the next. The arithmetic is the
-// scores warpgroup's of kernel.cuh, operation for operation and in the same order (softmax.cuh's
-// functions), so a pair's bits are those of the warp-specialised and narrow forms.
+// The softmax hand-offs of the round decode (round_kernel.cuh): P into its buffer, and each
+// row's running max m and exp-sum shares l from one tile's owner to the next. The tile's own
+// softmax is wide_softmax.cuh's, the warp-specialised form's, so a pair's bits are those of the
+// warp-specialised and narrow forms.
 #pragma once
 
 #include <cmath>
@@ -9,6 +9,7 @@
 
 #include "cuda/decode/sm90/round_layout.cuh"
 #include "cuda/decode/sm90/softmax.cuh"
+#include "cuda/decode/sm90/wide_softmax.cuh"
 
 namespace dcpmla::cuda::sm90::rounds {
 
@@ -19,61 +20,6 @@ struct RowState {
   float m[2] = {-INFINITY, -INFINITY};
   float l[2] = {0.0f, 0.0f};
 };
-
-// The tile at local token t0 (raw scores s, masked here on tiles past a row's limit lim):
-// advances st, gives the factor that rescales O and P = exp2(s * scale_log2 - m) as bf16 pairs
-// (packed[j][r]: row r, keys 8 j + 2 quad + {0, 1}).
-__device__ __forceinline__ void tile_softmax(float (&s)[32], int t0, const int (&lim)[2], int quad,
-                                             float scale_log2, RowState& st, float (&factor)[2],
-                                             std::uint32_t (&packed)[8][2]) {
-  // A -inf score the mask keeps poisons its row (read_score in masked tiles, the minimum in the
-  // others), as in kernel.cuh.
-  const bool masked = t0 + kKeys > min(lim[0], lim[1]);
-  if (masked) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int key = t0 + 8 * j + 2 * quad + e;
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float& v = s[4 * j + 2 * r + e];
-          v = key >= lim[r] ? -INFINITY : read_score(v);
-        }
-      }
-    }
-  }
-  float mx[2] = {-INFINITY, -INFINITY}, mn[2] = {INFINITY, INFINITY};
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-      mn[r] = fminf(mn[r], fminf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-    }
-  }
-  float m_use[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-    factor[r] = softmax_step(st.m[r], mx[r], scale_log2, m_use[r]);
-    if (!masked && mn[r] == -INFINITY) m_use[r] = NAN;
-  }
-  float sum[2] = {0.0f, 0.0f};
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float p0 = softmax_p(s[4 * j + 2 * r], scale_log2, m_use[r]);
-      const float p1 = softmax_p(s[4 * j + 2 * r + 1], scale_log2, m_use[r]);
-      sum[r] += p0 + p1;
-      packed[j][r] = pack_bf16x2(p0, p1);
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) st.l[r] = rescaled_sum(st.l[r], factor[r], sum[r]);
-}
 
 // The factor softmax_step gave when the running max went from m_old to m_new: the other
 // warpgroup's O half is rescaled by the same bits.
