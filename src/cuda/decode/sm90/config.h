@@ -19,7 +19,9 @@ inline constexpr bool kPvInTurn = true;
 inline constexpr float kRescaleSlack = 8.0f;
 
 // Launches the round decode can run (wide bf16 tiles by 64-row boxes, round_kernel.cuh) take it
-// rather than the warp-specialised form (kernel.cuh).
-inline constexpr bool kRounds = true;
+// rather than the warp-specialised form (kernel.cuh). Off until the GPU suite
+// (scripts/device_gpu.sh with DCPMLA_DECODE_ROUNDS=1) has passed on its producer form; its
+// emulated tests pass and its GPU bit-identity test runs it whatever this says.
+inline constexpr bool kRounds = false;
 
 }  // namespace dcpmla::cuda::sm90
