@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <optional>
 #include <random>
+#include <string>
 
 #include "gpu_test_support.h"
 
@@ -194,8 +196,32 @@ TEST(CudaDcp, NarrowAndWideTilesGiveTheSameBits) {
 // launches the round decode takes (bf16, pages of 64 or 128 tokens, heads in multiples of 32;
 // 96 heads make tiles of 48 pairs, rules::tile_step's halves), on ragged DCP batches with rows
 // that see no key, split and unsplit (DCPMLA_DECODE_ROUNDS picks the kernel of a launch).
+// Sets DCPMLA_DECODE_ROUNDS while it lives and then puts back what was there, so that a run of
+// the suite with the variable set keeps it for the tests after this one.
+class RoundsChoice {
+ public:
+  RoundsChoice() {
+    if (const char* v = std::getenv(kName)) saved_ = v;
+  }
+  ~RoundsChoice() {
+    if (saved_) {
+      ::setenv(kName, saved_->c_str(), 1);
+    } else {
+      ::unsetenv(kName);
+    }
+  }
+  RoundsChoice(const RoundsChoice&) = delete;
+  RoundsChoice& operator=(const RoundsChoice&) = delete;
+  void pick(bool rounds) { ::setenv(kName, rounds ? "1" : "0", 1); }
+
+ private:
+  static constexpr const char* kName = "DCPMLA_DECODE_ROUNDS";
+  std::optional<std::string> saved_;
+};
+
 TEST(CudaDcp, RoundsAndWarpSpecialisedGiveTheSameBits) {
   DCPMLA_REQUIRE_GPU();
+  RoundsChoice choice;
   int seed = 90;
   for (int heads : {32, 64, 96, 128}) {
     for (int W : {1, 2}) {
@@ -212,11 +238,10 @@ TEST(CudaDcp, RoundsAndWarpSpecialisedGiveTheSameBits) {
       o.model = gpu_testing::kNoSplitModel;
       o.kv_chunk_blocks = seed % 2 ? 4 : 0;
       SCOPED_TRACE(testing::describe_run(sc, o));
-      ::setenv("DCPMLA_DECODE_ROUNDS", "0", 1);
+      choice.pick(false);
       const auto ws = testing::run_dcp(sc, factory(), o);
-      ::setenv("DCPMLA_DECODE_ROUNDS", "1", 1);
+      choice.pick(true);
       const auto rounds = testing::run_dcp(sc, factory(), o);
-      ::unsetenv("DCPMLA_DECODE_ROUNDS");
       const auto a = testing::agreement(ws, rounds);
       EXPECT_TRUE(a.bit_identical)
           << "max|dO| " << a.max_out_diff << " max|dLSE| " << a.max_lse_diff;
