@@ -16,7 +16,7 @@
 # marks a tree that differs from the HEAD its git metadata names, as a copy of a working tree
 # on another machine can);
 # DCPMLA_BENCH_ARGS adds options to dcpmla_gpu_bench (e.g. "--filter flashmla_table").
-# DCPMLA_DECODE_ROUNDS=1 (read by the library at each launch) runs the tests and the benchmark on
+# DCPMLA_DECODE_ROUNDS=1 (read when a CUDA backend is made) runs the tests and the benchmark on
 # the round decode wherever it applies (docs/design/decode-kernel.md, "The round decode").
 #
 #   run: scripts/device_gpu.sh

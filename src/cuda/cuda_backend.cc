@@ -179,7 +179,7 @@ class CudaBackend final : public Backend {
  protected:
   void run_decode(const DecodeArgs& a, Stream s) override {
     use_device();
-    if (a.schedule) return cuda::decode(a, *a.schedule, as_stream(s));
+    if (a.schedule) return cuda::decode(a, *a.schedule, rounds_, as_stream(s));
     run_eager(a, *a.plan, as_stream(s));
   }
 
@@ -206,7 +206,7 @@ class CudaBackend final : public Backend {
       DCPMLA_CUDA_CHECK(cudaStreamWaitEvent(s, eager_used_, 0));
     }
     eager_->update(plan, s);
-    cuda::decode(a, *eager_, s);
+    cuda::decode(a, *eager_, rounds_, s);
     DCPMLA_CUDA_CHECK(cudaEventRecord(eager_used_, s));
   }
 
@@ -215,6 +215,7 @@ class CudaBackend final : public Backend {
 
   int device_;
   int sms_ = 0;
+  const bool rounds_ = cuda::rounds_by_default();
   std::optional<Schedule> eager_;
   cudaEvent_t eager_used_ = nullptr;
 };

@@ -28,7 +28,7 @@ const char* to_string(DecodeKernel k) {
   return "?";
 }
 
-bool rounds_for_launch() {
+bool rounds_by_default() {
   const char* v = std::getenv("DCPMLA_DECODE_ROUNDS");
   if (v != nullptr && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0)) return v[0] == '1';
   return sm90::kRounds;

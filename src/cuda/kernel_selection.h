@@ -24,12 +24,13 @@ struct DecodeConfig {
   int num_heads = 1;
   int block_size = 1;
   int tile_pairs = 64;  // (row, head) pairs of one thread block's tile, 1 .. 64
-  // Whether the round decode takes the launches it can run (decode() passes rounds_for_launch()).
+  // Whether the round decode takes the launches it can run (the backend's rounds_by_default()).
   bool rounds = false;
 };
-// The default of DecodeConfig::rounds for a launch: sm90::kRounds, or DCPMLA_DECODE_ROUNDS (0 or
-// 1) where it is set.
-bool rounds_for_launch();
+// The default of DecodeConfig::rounds: sm90::kRounds, or DCPMLA_DECODE_ROUNDS (0 or 1) where it is
+// set. The CUDA backend reads it once, when it is made (not on every decode: getenv scans the
+// environment).
+bool rounds_by_default();
 
 struct DecodeKernelChoice {
   DecodeKernel kernel = DecodeKernel::none;

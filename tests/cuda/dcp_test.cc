@@ -195,7 +195,8 @@ TEST(CudaDcp, NarrowAndWideTilesGiveTheSameBits) {
 // The round decode (round_kernel.cuh) and the warp-specialised form give the same bits on the
 // launches the round decode takes (bf16, pages of 64 or 128 tokens, heads in multiples of 32;
 // 96 heads make tiles of 48 pairs, rules::tile_step's halves), on ragged DCP batches with rows
-// that see no key, split and unsplit (DCPMLA_DECODE_ROUNDS picks the kernel of a launch).
+// that see no key, split and unsplit (DCPMLA_DECODE_ROUNDS, read when a backend is made, picks
+// the kernel).
 // Sets DCPMLA_DECODE_ROUNDS while it lives and then puts back what was there, so that a run of
 // the suite with the variable set keeps it for the tests after this one.
 class RoundsChoice {

@@ -29,7 +29,7 @@ bool is_capturing(cudaStream_t s) {
 
 }  // namespace
 
-void decode(const DecodeArgs& a, const Schedule& schedule, cudaStream_t s) {
+void decode(const DecodeArgs& a, const Schedule& schedule, bool rounds, cudaStream_t s) {
   const PlanConfig& config = schedule.config();
   const Schedule::HostView& host = schedule.host_view();
   const ScheduleCapacity& cap = schedule.capacity();
@@ -49,7 +49,7 @@ void decode(const DecodeArgs& a, const Schedule& schedule, cudaStream_t s) {
   require_aligned(a.cache.data, "cache.data");
   if (a.workspace.bytes() > 0) require_aligned(a.workspace.data, "workspace");
   const DecodeKernelChoice kernel =
-      select_decode_kernel({a.q.dtype, a.cache.dtype, H, bs, kTilePairs, rounds_for_launch()});
+      select_decode_kernel({a.q.dtype, a.cache.dtype, H, bs, kTilePairs, rounds});
   DCPMLA_REQUIRE(kernel.supported(), ErrorCode::unsupported, "decode",
                  "a configuration a CUDA kernel runs", kernel.why_not);
 

@@ -40,6 +40,7 @@
 #include "cuda/decode/sm90/config.h"
 #include "cuda/decode/sm90/epilogue.cuh"
 #include "cuda/decode/sm90/narrow_tile.cuh"
+#include "cuda/decode/sm90/output_half.cuh"
 #include "cuda/decode/sm90/refill.cuh"
 #include "cuda/decode/sm90/smem_layout.cuh"
 #include "cuda/decode/sm90/softmax.cuh"
@@ -163,32 +164,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int og = wg - 1;
     const OutputLoader<C> ld(wt, og, kLoaded + og);
     OutputRefill<C, Bulk, /*WidenEarly=*/true> refill(p, tile, sm, ld, n);
-    const std::uint64_t desc_p = hopper::smem_descriptor(sm.p, 16, 1024);
     for (int i = 0; i < n; ++i) {
       const int stage = i & 1;
       refill.read_ahead(i);
       refill.before_p(i);
       named_barrier_sync(kPReady, kThreads);
       if (in_turn && og == 1) named_barrier_sync(kPvFirstDone, 256);
-      const float f0 = sm.factors[rows[0]], f1 = sm.factors[rows[1]];
-      if (__any_sync(0xffffffffu, f0 != 1.0f || f1 != 1.0f)) {
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          o[4 * j + 0] *= f0;
-          o[4 * j + 1] *= f0;
-          o[4 * j + 2] *= f1;
-          o[4 * j + 3] *= f1;
-        }
-      }
-      hopper::pin_registers(o);
-      const std::uint64_t desc_v =
-          hopper::smem_descriptor(sm.stage(stage) + og * 4 * kChunkBytes, kChunkBytes, 1024);
-      hopper::wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < kKeys / 16; ++ks) {
-        hopper::wgmma_m64n256k16_ss_tb(o, desc_p + ks * 2, desc_v + ks * (16 * 128 >> 4), true);
-      }
-      hopper::wgmma_commit();
+      rescale_o(o, sm.factors[rows[0]], sm.factors[rows[1]]);
+      issue_pv(o, sm.p, sm.stage(stage), og);
       if (o_first && i + 1 < n && !(in_turn && og == 1)) {
         named_barrier_arrive(kOIssued, o_issued_threads);
       }

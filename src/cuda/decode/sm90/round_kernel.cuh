@@ -36,6 +36,7 @@
 #include <cstdint>
 
 #include "cuda/decode/sm90/epilogue.cuh"
+#include "cuda/decode/sm90/output_half.cuh"
 #include "cuda/decode/sm90/round_layout.cuh"
 #include "cuda/decode/sm90/round_loads.cuh"
 #include "cuda/decode/sm90/round_scores.cuh"
@@ -45,36 +46,6 @@
 
 namespace dcpmla::cuda {
 namespace sm90::rounds {
-
-// O (this warpgroup's half: rows[r] in o[4 j + 2 r + {0, 1}], dims 8 j + 2 quad) times the
-// factors of its two rows, unless every row of the warp keeps its scale (x 1 changes no bits).
-__device__ __forceinline__ void rescale_o(float (&o)[128], const float (&f)[2]) {
-  if (__any_sync(0xffffffffu, f[0] != 1.0f || f[1] != 1.0f)) {
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      o[4 * j + 0] *= f[0];
-      o[4 * j + 1] *= f[0];
-      o[4 * j + 2] *= f[1];
-      o[4 * j + 3] *= f[1];
-    }
-  }
-  hopper::pin_registers(o);
-}
-
-// O += P V for the warpgroup's half (og 0: V chunks 0-3, og 1: chunks 4-7) of tile `index`, P in
-// the tile at p: 4 wgmma m64n256k16, V read transposed from the stage; one commit group.
-__device__ __forceinline__ void issue_pv(float (&o)[128], const RoundSmem& sm, std::uint32_t p,
-                                         int index, int og) {
-  const std::uint64_t desc_p = hopper::smem_descriptor(p, 16, 1024);
-  const std::uint64_t desc_v =
-      hopper::smem_descriptor(sm.stage(index) + og * 4 * kChunkBytes, kChunkBytes, 1024);
-  hopper::wgmma_fence();
-#pragma unroll
-  for (int ks = 0; ks < kKeys / 16; ++ks) {
-    hopper::wgmma_m64n256k16_ss_tb(o, desc_p + ks * 2, desc_v + ks * (16 * 128 >> 4), true);
-  }
-  hopper::wgmma_commit();
-}
 
 // Internal linkage: the host emulation compiles this source as a function of its own test,
 // beside the CUDA library's kernel of the same name.
@@ -149,8 +120,8 @@ static __global__ void __launch_bounds__(kThreads, 1)
       publish_rows(sm, rows, quad, st);
       hopper::fence_proxy_async_shared();
       named_barrier_arrive(kAReady, kConsumerThreads);
-      rescale_o(o, f_a);
-      issue_pv(o, sm, sm.p0, a, 0);
+      rescale_o(o, f_a[0], f_a[1]);
+      issue_pv(o, sm.p0, sm.stage(a), 0);
       hopper::wgmma_wait<0>();
       hopper::pin_registers(o);
       if (next_a) free_group(a, kLowGroup);
@@ -159,9 +130,9 @@ static __global__ void __launch_bounds__(kThreads, 1)
         const float m_a[2] = {st.m[0], st.m[1]};
         read_rows(sm, rows, quad, st);
         const float f_b[2] = {factor_between(m_a[0], st.m[0]), factor_between(m_a[1], st.m[1])};
-        rescale_o(o, f_b);
+        rescale_o(o, f_b[0], f_b[1]);
         named_barrier_sync(kArIssued, kConsumerThreads);
-        issue_pv(o, sm, sm.p1, b, 0);
+        issue_pv(o, sm.p1, sm.stage(b), 0);
         named_barrier_arrive(kBlIssued, kConsumerThreads);
         hopper::wgmma_wait<0>();
         hopper::pin_registers(o);
@@ -185,16 +156,16 @@ static __global__ void __launch_bounds__(kThreads, 1)
         hopper::fence_proxy_async_shared();
         named_barrier_arrive(kBReady, kConsumerThreads);
       }
-      rescale_o(o, f_a);
-      issue_pv(o, sm, sm.p0, a, 1);
+      rescale_o(o, f_a[0], f_a[1]);
+      issue_pv(o, sm.p0, sm.stage(a), 1);
       if (has_b) named_barrier_arrive(kArIssued, kConsumerThreads);
       hopper::wgmma_wait<0>();
       hopper::pin_registers(o);
       if (next_a) free_group(a, kHighGroup);
       if (has_b) {
-        rescale_o(o, f_b);
+        rescale_o(o, f_b[0], f_b[1]);
         named_barrier_sync(kBlIssued, kConsumerThreads);
-        issue_pv(o, sm, sm.p1, b, 1);
+        issue_pv(o, sm.p1, sm.stage(b), 1);
         hopper::wgmma_wait<0>();
         hopper::pin_registers(o);
         if (next_b) free_group(b, kHighGroup);

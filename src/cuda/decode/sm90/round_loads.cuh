@@ -12,15 +12,11 @@
 
 namespace dcpmla::cuda::sm90::rounds {
 
-// The block id of the page that holds the tile at local token t0, as the table gives it.
-__device__ __forceinline__ std::int32_t tile_block_id(const DecodeParams& p, const DecodeTile& tile,
-                                                      int t0) {
-  return p.block_table[std::int64_t(tile.request) * p.max_blocks + t0 / p.block_size];
-}
-
-// The cache row of the box of the tile at local token t0 in page `id` (one page holds the whole
-// tile), or the tensor's row count (past its end: NaN, no read) for a block id outside the cache.
-__device__ __forceinline__ int tile_box_row(const DecodeParams& p, std::int32_t id, int t0) {
+// The cache row of the box of the tile at local token t0 (one page holds the whole tile), or the
+// tensor's row count (past its end: NaN, no read) for a block id outside the cache.
+__device__ __forceinline__ int tile_box_row(const DecodeParams& p, const DecodeTile& tile, int t0) {
+  const std::int32_t id =
+      p.block_table[std::int64_t(tile.request) * p.max_blocks + t0 / p.block_size];
   const std::int64_t end_row = std::int64_t(p.num_blocks) * p.block_size;
   return int((id >= 0 && id < p.num_blocks) ? std::int64_t(id) * p.block_size + t0 % p.block_size
                                             : end_row);
@@ -46,10 +42,7 @@ __device__ __forceinline__ void load_chunks(const DecodeParams& p, const RoundSm
 // Only this thread waits for the block ids and for the copy engine to take each box.
 __device__ __forceinline__ void produce_tiles(const DecodeParams& p, const RoundSmem& sm,
                                               const DecodeTile& tile, int n) {
-  auto row_of = [&](int index) {
-    const int t0 = tile.kv_begin + index * kKeys;
-    return tile_box_row(p, tile_block_id(p, tile, t0), t0);
-  };
+  auto row_of = [&](int index) { return tile_box_row(p, tile, tile.kv_begin + index * kKeys); };
   for (int index = 0; index < 2 && index < n; ++index) {
     load_chunks<0, 1, 2, 3, 8, 4, 5, 6, 7>(p, sm, index, row_of(index));
   }
