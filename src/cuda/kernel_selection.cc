@@ -18,6 +18,8 @@ const char* to_string(DecodeKernel k) {
       return "fma";
     case DecodeKernel::sm90_bf16_rounds:
       return "sm90_bf16_rounds";
+    case DecodeKernel::sm90_fp8_rounds:
+      return "sm90_fp8_rounds";
     case DecodeKernel::sm90_bf16_bulk:
       return "sm90_bf16_bulk";
     case DecodeKernel::sm90_bf16:
@@ -63,13 +65,13 @@ DecodeKernelChoice select_decode_kernel(const DecodeConfig& c) {
     choice.kernel =
         bulk_copies_fit(c.block_size) ? DecodeKernel::sm90_bf16_bulk : DecodeKernel::sm90_bf16;
   }
-  // The round decode: bf16 tiles by one 64-row box a chunk (pages of a multiple of 64 tokens),
-  // and heads in multiples of 32, so that no tile of any work item has 16 pairs or fewer (those
-  // run narrow in the warp-specialised form; the round decode runs every tile wide, with the
-  // same bits).
-  if (c.rounds && choice.kernel == DecodeKernel::sm90_bf16_bulk && c.block_size % 64 == 0 &&
-      c.num_heads % 32 == 0 && c.tile_pairs > 16) {
-    choice.kernel = DecodeKernel::sm90_bf16_rounds;
+  // The round decode: bf16 or fp8 tiles by one 64-row box a chunk (pages of a multiple of 64
+  // tokens), and heads in multiples of 32, so that no tile of any work item has 16 pairs or fewer
+  // (those run narrow in the warp-specialised form; the round decode runs every tile wide, with
+  // the same bits).
+  if (c.rounds && c.block_size % 64 == 0 && c.num_heads % 32 == 0 && c.tile_pairs > 16) {
+    choice.kernel = c.cache_dtype == DType::fp8_e4m3 ? DecodeKernel::sm90_fp8_rounds
+                                                     : DecodeKernel::sm90_bf16_rounds;
     return choice;
   }
   if (sm90::kNarrowPairs >= 16 && c.tile_pairs <= 16) {

@@ -697,16 +697,27 @@ TEST(CudaBackend, GraphReplaysPlansUpdatedInPlace) {
 TEST(CudaBackend, InvalidDeviceBlockIdsReadNoMemory) {
   DCPMLA_REQUIRE_GPU();
   if (on_cpu()) GTEST_SKIP() << "the CPU backend rejects invalid block ids on the host";
-  auto be = make_backend();
+  gpu_testing::RoundsChoice choice;
   // Block sizes 8 and 96: the threads' copies; 16 and 64: the bulk copies, which ask past the
   // cache's end. fp8 caches (the threads' copies, then widened) with a one-row request 0: a
-  // narrow tile.
-  for (const auto& [bs, kv] : {std::pair{8, DType::bf16}, std::pair{16, DType::bf16},
-                               std::pair{64, DType::bf16}, std::pair{96, DType::bf16},
-                               std::pair{64, DType::fp8_e4m3}, std::pair{96, DType::fp8_e4m3}}) {
-    SCOPED_TRACE("block size " + std::to_string(bs) + " " + to_string(kv));
+  // narrow tile. 32 heads and pages of 64 with rounds: the round decode's boxes, bf16 and fp8.
+  struct Case {
+    int bs;
+    DType kv;
+    bool rounds;
+  };
+  for (const Case& c : {Case{8, DType::bf16, false}, Case{16, DType::bf16, false},
+                        Case{64, DType::bf16, false}, Case{96, DType::bf16, false},
+                        Case{64, DType::fp8_e4m3, false}, Case{96, DType::fp8_e4m3, false},
+                        Case{64, DType::bf16, true}, Case{64, DType::fp8_e4m3, true}}) {
+    const int bs = c.bs;
+    const DType kv = c.kv;
+    SCOPED_TRACE("block size " + std::to_string(bs) + " " + to_string(kv) +
+                 (c.rounds ? " rounds" : ""));
+    choice.pick(c.rounds);
+    auto be = make_backend();
     testing::ScenarioSpec spec;
-    spec.heads = 16;
+    spec.heads = c.rounds ? 32 : 16;
     spec.block_size = bs;
     spec.seed = 12;
     const int q0 = kv == DType::fp8_e4m3 ? 1 : 4;

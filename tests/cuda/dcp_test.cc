@@ -193,63 +193,42 @@ TEST(CudaDcp, NarrowAndWideTilesGiveTheSameBits) {
 }
 
 // The round decode (round_kernel.cuh) and the warp-specialised form give the same bits on the
-// launches the round decode takes (bf16, pages of 64 or 128 tokens, heads in multiples of 32;
-// 96 heads make tiles of 48 pairs, rules::tile_step's halves), on ragged DCP batches with rows
-// that see no key, split and unsplit (DCPMLA_DECODE_ROUNDS, read when a backend is made, picks
-// the kernel).
-// Sets DCPMLA_DECODE_ROUNDS while it lives and then puts back what was there, so that a run of
-// the suite with the variable set keeps it for the tests after this one.
-class RoundsChoice {
- public:
-  RoundsChoice() {
-    if (const char* v = std::getenv(kName)) saved_ = v;
-  }
-  ~RoundsChoice() {
-    if (saved_) {
-      ::setenv(kName, saved_->c_str(), 1);
-    } else {
-      ::unsetenv(kName);
-    }
-  }
-  RoundsChoice(const RoundsChoice&) = delete;
-  RoundsChoice& operator=(const RoundsChoice&) = delete;
-  void pick(bool rounds) { ::setenv(kName, rounds ? "1" : "0", 1); }
-
- private:
-  static constexpr const char* kName = "DCPMLA_DECODE_ROUNDS";
-  std::optional<std::string> saved_;
-};
-
+// launches the round decode takes (bf16 and fp8 caches, pages of 64 or 128 tokens, heads in
+// multiples of 32; 96 heads make tiles of 48 pairs, rules::tile_step's halves), on ragged DCP
+// batches with rows that see no key, split and unsplit (DCPMLA_DECODE_ROUNDS, read when a backend
+// is made, picks the kernel).
 TEST(CudaDcp, RoundsAndWarpSpecialisedGiveTheSameBits) {
   DCPMLA_REQUIRE_GPU();
-  RoundsChoice choice;
+  gpu_testing::RoundsChoice choice;
   int seed = 90;
   for (int heads : {32, 64, 96, 128}) {
     for (int W : {1, 2}) {
-      testing::ScenarioSpec spec;
-      spec.world = W;
-      spec.heads = heads;
-      spec.block_size = heads == 64 ? 128 : 64;
-      spec.kv_dtype = DType::bf16;
-      spec.q_dtype = DType::bf16;
-      spec.seed = seed++;
-      const testing::Scenario sc =
-          custom_scenario(spec, {1, 3, 5, 8, 2, 6}, {900, 1500, 64, 2000, 3, 1300});
-      testing::RunOptions o;
-      o.model = gpu_testing::kNoSplitModel;
-      o.kv_chunk_blocks = seed % 2 ? 4 : 0;
-      SCOPED_TRACE(testing::describe_run(sc, o));
-      choice.pick(false);
-      const auto ws = testing::run_dcp(sc, factory(), o);
-      choice.pick(true);
-      const auto rounds = testing::run_dcp(sc, factory(), o);
-      const auto a = testing::agreement(ws, rounds);
-      EXPECT_TRUE(a.bit_identical)
-          << "max|dO| " << a.max_out_diff << " max|dLSE| " << a.max_lse_diff;
-      const auto cmp =
-          testing::compare(sc, rounds, testing::run_reference(sc), testing::tolerance_for(spec, o));
-      EXPECT_TRUE(cmp.pass) << describe(cmp);
-      if (HasFailure()) return;
+      for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+        testing::ScenarioSpec spec;
+        spec.world = W;
+        spec.heads = heads;
+        spec.block_size = heads == 64 ? 128 : 64;
+        spec.kv_dtype = kv;
+        spec.q_dtype = DType::bf16;
+        spec.seed = seed++;
+        const testing::Scenario sc =
+            custom_scenario(spec, {1, 3, 5, 8, 2, 6}, {900, 1500, 64, 2000, 3, 1300});
+        testing::RunOptions o;
+        o.model = gpu_testing::kNoSplitModel;
+        o.kv_chunk_blocks = seed % 2 ? 4 : 0;
+        SCOPED_TRACE(testing::describe_run(sc, o));
+        choice.pick(false);
+        const auto ws = testing::run_dcp(sc, factory(), o);
+        choice.pick(true);
+        const auto rounds = testing::run_dcp(sc, factory(), o);
+        const auto a = testing::agreement(ws, rounds);
+        EXPECT_TRUE(a.bit_identical)
+            << "max|dO| " << a.max_out_diff << " max|dLSE| " << a.max_lse_diff;
+        const auto cmp = testing::compare(sc, rounds, testing::run_reference(sc),
+                                          testing::tolerance_for(spec, o));
+        EXPECT_TRUE(cmp.pass) << describe(cmp);
+        if (HasFailure()) return;
+      }
     }
   }
 }

@@ -43,6 +43,29 @@ inline testing::BackendFactory cpu_factory() {
   return [](int) { return make_cpu_backend(1); };
 }
 
+// Sets DCPMLA_DECODE_ROUNDS while it lives and then puts back what was there, so that a run of
+// the suite with the variable set keeps it for the tests after this one.
+class RoundsChoice {
+ public:
+  RoundsChoice() {
+    if (const char* v = std::getenv(kName)) saved_ = v;
+  }
+  ~RoundsChoice() {
+    if (saved_) {
+      ::setenv(kName, saved_->c_str(), 1);
+    } else {
+      ::unsetenv(kName);
+    }
+  }
+  RoundsChoice(const RoundsChoice&) = delete;
+  RoundsChoice& operator=(const RoundsChoice&) = delete;
+  void pick(bool rounds) { ::setenv(kName, rounds ? "1" : "0", 1); }
+
+ private:
+  static constexpr const char* kName = "DCPMLA_DECODE_ROUNDS";
+  std::optional<std::string> saved_;
+};
+
 template <class T>
 DeviceBuffer to_device(Backend& be, const std::vector<T>& v) {
   DeviceBuffer b(be, v.size() * sizeof(T));

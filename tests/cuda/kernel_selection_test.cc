@@ -44,18 +44,23 @@ DecodeKernel with_rounds(DType cache, int heads, int block_size) {
   return select_decode_kernel({DType::bf16, cache, heads, block_size, 64, /*rounds=*/true}).kernel;
 }
 
-TEST(KernelSelection, RoundsTakeWideBf16TilesOf64RowBoxes) {
+TEST(KernelSelection, RoundsTakeWideTilesOf64RowBoxes) {
   EXPECT_EQ(with_rounds(DType::bf16, 128, 64), DecodeKernel::sm90_bf16_rounds);
   EXPECT_EQ(with_rounds(DType::bf16, 32, 128), DecodeKernel::sm90_bf16_rounds);
   EXPECT_EQ(with_rounds(DType::bf16, 96, 256), DecodeKernel::sm90_bf16_rounds);
-  // Pages smaller than a box, heads that leave tiles of 16 pairs or fewer, fp8: not theirs.
+  EXPECT_EQ(with_rounds(DType::fp8_e4m3, 128, 64), DecodeKernel::sm90_fp8_rounds);
+  EXPECT_EQ(with_rounds(DType::fp8_e4m3, 96, 128), DecodeKernel::sm90_fp8_rounds);
+  // Pages smaller than a box or heads that leave tiles of 16 pairs or fewer: not theirs.
   EXPECT_EQ(with_rounds(DType::bf16, 128, 32), DecodeKernel::sm90_bf16_bulk);
   EXPECT_EQ(with_rounds(DType::bf16, 16, 64), DecodeKernel::sm90_bf16_bulk);
   EXPECT_EQ(with_rounds(DType::bf16, 80, 64), DecodeKernel::sm90_bf16_bulk);
-  EXPECT_EQ(with_rounds(DType::fp8_e4m3, 128, 64), DecodeKernel::sm90_fp8);
+  EXPECT_EQ(with_rounds(DType::fp8_e4m3, 128, 16), DecodeKernel::sm90_fp8);
+  EXPECT_EQ(with_rounds(DType::fp8_e4m3, 16, 64), DecodeKernel::sm90_fp8);
   // Off unless asked for.
   EXPECT_EQ(select_decode_kernel({DType::bf16, DType::bf16, 128, 64, 64}).kernel,
             DecodeKernel::sm90_bf16_bulk);
+  EXPECT_EQ(select_decode_kernel({DType::bf16, DType::fp8_e4m3, 128, 64, 64}).kernel,
+            DecodeKernel::sm90_fp8);
 }
 
 TEST(KernelSelection, UnsupportedConfigurationsSayWhy) {
@@ -71,6 +76,7 @@ TEST(KernelSelection, UnsupportedConfigurationsSayWhy) {
   EXPECT_FALSE(tile.supported());
   EXPECT_EQ(tile.why_not, "a tile holds 1 to 64 pairs, not 65");
   EXPECT_STREQ(to_string(DecodeKernel::sm90_fp8), "sm90_fp8");
+  EXPECT_STREQ(to_string(DecodeKernel::sm90_fp8_rounds), "sm90_fp8_rounds");
 }
 
 }  // namespace

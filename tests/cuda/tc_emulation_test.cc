@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -28,14 +29,15 @@ namespace {
 
 using namespace emulated;
 
-// The bf16 cache's tensor map, as sm90_decode.cu encodes it.
-CUtensorMap kv_map_of(const DecodeParams& p) {
+// The cache's tensor map, as sm90_decode.cu encodes it: bf16 elements, or fp8 bytes as uint8.
+CUtensorMap kv_map_of(const DecodeParams& p, bool fp8 = false) {
   const std::int64_t rows = std::int64_t(p.num_blocks) * p.block_size;
+  const std::uint32_t elem = fp8 ? 1u : 2u;
   return dcpmla_emu::encode_tensor_map({static_cast<const unsigned char*>(p.cache),
                                         {std::uint64_t(kHeadDim), std::uint64_t(rows)},
-                                        std::uint64_t(kHeadDim) * 2,
+                                        std::uint64_t(kHeadDim) * elem,
                                         {64u, std::uint32_t(std::min(p.block_size, 64))},
-                                        2u});
+                                        elem});
 }
 
 template <sm90::Cache C, bool Bulk>
@@ -46,14 +48,22 @@ void run_ws(const TileRun& run) {
                        [&] { sm90::decode_kernel<C, Bulk>(p); });
 }
 
-// The round decode (bf16 caches of pages of a multiple of 64 tokens), whatever the tiles' pairs:
-// it runs tiles of 16 pairs or fewer wide, which the kernel selection leaves to the narrow form.
+// The round decode (bf16 or fp8 caches of pages of a multiple of 64 tokens), whatever the tiles'
+// pairs: it runs tiles of 16 pairs or fewer wide, which the kernel selection leaves to the narrow
+// form.
 void run_rounds(const testing::ScenarioSpec& spec, const TileRun& run) {
-  ASSERT_TRUE(spec.kv_dtype == DType::bf16 && spec.block_size % 64 == 0);
+  ASSERT_TRUE(spec.kv_dtype != DType::f32 && spec.block_size % 64 == 0);
+  const bool fp8 = spec.kv_dtype == DType::fp8_e4m3;
   DecodeParams p = run.p;
-  p.kv_map = kv_map_of(p);
+  p.kv_map = kv_map_of(p, fp8);
   dcpmla_emu::run_grid(int(run.plan.work.size()), sm90::rounds::kThreads, sm90::rounds::kSmemBytes,
-                       [&] { sm90::rounds::round_decode_kernel(p); });
+                       [&] {
+                         if (fp8) {
+                           sm90::rounds::round_decode_kernel<sm90::Cache::fp8>(p);
+                         } else {
+                           sm90::rounds::round_decode_kernel<sm90::Cache::bf16>(p);
+                         }
+                       });
 }
 
 // The sm90 kernel sm90_decode.cu launches for the scenario's cache.
@@ -144,25 +154,29 @@ TEST(TensorCoreEmulation, FlattenedAndNativeGiveTheSameBits) {
 
 // The round decode against the CPU backend: several rounds a walk (both stages and mbarrier
 // parities), odd and even tile counts, partial last tiles, tiles of 16 and 32 pairs, rows that see
-// no key (the small DCP case), pages of 64 and 128 tokens, split and unsplit.
+// no key (the small DCP case), pages of 64 and 128 tokens, split and unsplit, bf16 and fp8 caches.
 TEST(TensorCoreEmulation, RoundsMatchCpuBackend) {
   struct Case {
+    DType kv;
     int H, bs, chunk;
     DType out;
     bool small;
   };
   const Case cases[] = {
-      {32, 64, 0, DType::f32, false},
-      {64, 128, 2, DType::bf16, false},
-      {16, 64, 3, DType::f32, false},
-      {32, 64, 0, DType::f32, true},
+      {DType::bf16, 32, 64, 0, DType::f32, false},
+      {DType::bf16, 64, 128, 2, DType::bf16, false},
+      {DType::bf16, 16, 64, 3, DType::f32, false},
+      {DType::bf16, 32, 64, 0, DType::f32, true},
+      {DType::fp8_e4m3, 32, 64, 0, DType::f32, false},
+      {DType::fp8_e4m3, 64, 128, 2, DType::bf16, false},
+      {DType::fp8_e4m3, 32, 64, 0, DType::f32, true},
   };
   int seed = 70;
   for (const Case& c : cases) {
     const bool rising = seed % 2 == 0;
-    const testing::Scenario sc =
-        c.small ? small_case(DType::bf16, DType::bf16, c.H, c.bs, std::uint64_t(seed))
-                : walk_case(DType::bf16, c.H, c.bs, std::uint64_t(seed), rising);
+    const testing::Scenario sc = c.small
+                                     ? small_case(DType::bf16, c.kv, c.H, c.bs, std::uint64_t(seed))
+                                     : walk_case(c.kv, c.H, c.bs, std::uint64_t(seed), rising);
     const int rank = seed++ % 2;
     expect_matches_cpu(sc, rank, c.chunk, c.out, rising, rising && !c.small ? 8.0 : 1.0,
                        run_rounds);
@@ -171,26 +185,54 @@ TEST(TensorCoreEmulation, RoundsMatchCpuBackend) {
 }
 
 // The round decode gives the bits of the warp-specialised form (kernel.cuh: wide tiles at H 32
-// and 64, narrow ones at H 16) and of its own flattened form: the same arithmetic, pair for pair.
+// and 64, narrow ones at H 16; fp8 tiles widened by its output warpgroups' threads) and of its own
+// flattened form: the same arithmetic, pair for pair.
 TEST(TensorCoreEmulation, RoundsGiveTheBitsOfTheOtherForms) {
   int seed = 80;
   for (int H : {16, 32, 64}) {
     for (bool rising : {false, true}) {
-      const testing::Scenario sc = walk_case(DType::bf16, H, 64, std::uint64_t(seed++), rising);
-      Split limits;
-      limits.kv_chunk_blocks = H == 32 ? 2 : 0;
-      const int rank = seed % 2;
-      SCOPED_TRACE(testing::describe(sc.spec) + " rank " + std::to_string(rank) +
-                   (rising ? " rising" : ""));
-      const Result ws = emulated_decode(sc, rank, sc.batch, limits, DType::f32, run_sm90);
-      const Result rounds = emulated_decode(sc, rank, sc.batch, limits, DType::f32, run_rounds);
-      ASSERT_EQ(std::memcmp(ws.out.data(), rounds.out.data(), ws.out.size() * 4), 0);
-      ASSERT_EQ(std::memcmp(ws.lse.data(), rounds.lse.data(), ws.lse.size() * 4), 0);
-      if (!rising) continue;
-      const Result flat =
-          emulated_decode(sc, rank, flatten(sc.batch), limits, DType::f32, run_rounds);
-      ASSERT_EQ(std::memcmp(flat.out.data(), rounds.out.data(), ws.out.size() * 4), 0);
-      ASSERT_EQ(std::memcmp(flat.lse.data(), rounds.lse.data(), ws.lse.size() * 4), 0);
+      for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+        if (kv == DType::fp8_e4m3 && (H == 32) != rising) continue;
+        const testing::Scenario sc = walk_case(kv, H, 64, std::uint64_t(seed++), rising);
+        Split limits;
+        limits.kv_chunk_blocks = H == 32 ? 2 : 0;
+        const int rank = seed % 2;
+        SCOPED_TRACE(testing::describe(sc.spec) + " rank " + std::to_string(rank) +
+                     (rising ? " rising" : ""));
+        const Result ws = emulated_decode(sc, rank, sc.batch, limits, DType::f32, run_sm90);
+        const Result rounds = emulated_decode(sc, rank, sc.batch, limits, DType::f32, run_rounds);
+        ASSERT_EQ(std::memcmp(ws.out.data(), rounds.out.data(), ws.out.size() * 4), 0);
+        ASSERT_EQ(std::memcmp(ws.lse.data(), rounds.lse.data(), ws.lse.size() * 4), 0);
+        if (!rising) continue;
+        const Result flat =
+            emulated_decode(sc, rank, flatten(sc.batch), limits, DType::f32, run_rounds);
+        ASSERT_EQ(std::memcmp(flat.out.data(), rounds.out.data(), ws.out.size() * 4), 0);
+        ASSERT_EQ(std::memcmp(flat.lse.data(), rounds.lse.data(), ws.lse.size() * 4), 0);
+      }
+    }
+  }
+}
+
+// Block ids outside the cache (a device table the host never checked) read no memory: their
+// boxes ask past the tensor's end, and the round decode gives the warp-specialised form's bits,
+// NaN exactly where a pair's visible keys reach such a page (request 0), bf16 and fp8.
+TEST(TensorCoreEmulation, RoundsReadPagesOutsideTheCacheAsNaN) {
+  int seed = 95;
+  for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+    const testing::Scenario sc = walk_case(kv, 32, 64, std::uint64_t(seed++));
+    Batch bad = sc.batch;
+    bad.block_table[1] = 1 << 30;  // request 0, second block
+    bad.block_table[2] = -5;       // request 0, third block
+    const int rank = seed % 2;
+    SCOPED_TRACE(testing::describe(sc.spec) + " rank " + std::to_string(rank));
+    const Split limits;
+    const Result ws = emulated_decode(sc, rank, bad, limits, DType::f32, run_sm90);
+    const Result rounds = emulated_decode(sc, rank, bad, limits, DType::f32, run_rounds);
+    ASSERT_EQ(std::memcmp(ws.out.data(), rounds.out.data(), ws.out.size() * 4), 0);
+    ASSERT_EQ(std::memcmp(ws.lse.data(), rounds.lse.data(), ws.lse.size() * 4), 0);
+    const std::int64_t first_other = std::int64_t(sc.batch.q_len(0)) * sc.spec.heads;
+    for (std::int64_t i = 0; i < std::int64_t(rounds.lse.size()); ++i) {
+      EXPECT_EQ(std::isnan(rounds.lse[std::size_t(i)]), i < first_other) << "pair " << i;
     }
   }
 }

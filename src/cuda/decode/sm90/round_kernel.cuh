@@ -1,7 +1,7 @@
-// The round decode: the sm90 decode of wide bf16 tiles whose KV comes by 64-row boxes (block
-// size a multiple of 64), in rounds of two KV tiles on two consumer warpgroups, so that one
-// warpgroup's softmax runs beside the other's MMAs (docs/design/decode-kernel.md, "The round
-// decode").
+// The round decode: the sm90 decode of wide tiles whose KV comes by 64-row boxes (block size a
+// multiple of 64; an fp8 cache's e4m3 bytes widened to bf16 by the producer warpgroup), in rounds
+// of two KV tiles on two consumer warpgroups, so that one warpgroup's softmax runs beside the
+// other's MMAs (docs/design/decode-kernel.md, "The round decode").
 //
 // A thread block of 384 threads per DecodeTile (64 (row, head) pairs of one work item) walks the
 // item's KV in 64-token tiles through 2 stages; round j takes tiles A = 2 j (stage 0) and
@@ -9,7 +9,8 @@
 //
 //   C0 (warpgroup 0): S and the softmax of every A, and O_L (V dims 0-255, 64 x 256 fp32)
 //   C1 (warpgroup 1): S and the softmax of every B, and O_R (V dims 256-511)
-//   producer (warpgroup 2): thread 0 issues the boxes of every tile (round_loads.cuh)
+//   producer (warpgroup 2): thread 0 issues the boxes of every tile (round_loads.cuh); for an
+//       fp8 cache warps 1-3 widen each chunk before it counts as landed (round_widening.cuh)
 //
 //   C0: free A{8}; softmax A; P_A -> pbuf0, m, l [A_READY]; O_L *= f_A; P_A V_L; wait;
 //       free A{0-3}; |B_READY| |AR_ISSUED| O_L *= f_B; P_B V_L [BL_ISSUED]; wait; free B{0-3};
@@ -41,6 +42,7 @@
 #include "cuda/decode/sm90/round_loads.cuh"
 #include "cuda/decode/sm90/round_scores.cuh"
 #include "cuda/decode/sm90/round_softmax.cuh"
+#include "cuda/decode/sm90/round_widening.cuh"
 #include "cuda/decode/sm90/smem_layout.cuh"
 #include "cuda/hopper/registers.cuh"
 
@@ -49,6 +51,7 @@ namespace sm90::rounds {
 
 // Internal linkage: the host emulation compiles this source as a function of its own test,
 // beside the CUDA library's kernel of the same name.
+template <Cache C>
 static __global__ void __launch_bounds__(kThreads, 1)
     round_decode_kernel(const __grid_constant__ DecodeParams p) {
   DCPMLA_DYNAMIC_SMEM(smem_raw);
@@ -68,14 +71,19 @@ static __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) {
     for (int i = 0; i < 2 * kChunks; ++i) hopper::mbarrier_init(sm.full + 8u * i, 1);
     for (int i = 0; i < 2 * kGroups; ++i) hopper::mbarrier_init(sm.empty + 8u * i, 1);
+    for (int i = 0; i < 2 * kChunks; ++i) hopper::mbarrier_init(sm.staged + 8u * i, 1);
   }
   __syncthreads();
   if (wg == 2) {
-    hopper::release_registers<kProducerRegisters>();
-    if (wt == 0) produce_tiles(p, sm, tile, n);
+    hopper::release_registers<kProducerRegisters<C>>();
+    if (wt == 0) {
+      produce_tiles<C>(p, sm, tile, n);
+    } else if (C == Cache::fp8 && wt >= 32) {
+      widen_tiles(p, sm, tile, n, wt - 32);
+    }
     return;
   }
-  hopper::claim_registers<kConsumerRegisters>();
+  hopper::claim_registers<kConsumerRegisters<C>>();
   if (n > 0) {
     load_q<kConsumerThreads>(p, tile, sm.q, tid);
     hopper::cp_async_wait_all();

@@ -11,12 +11,24 @@ namespace dcpmla::cuda::sm90::rounds {
 
 // Warpgroup 0 (C0): even tiles, O_L; warpgroup 1 (C1): odd tiles, O_R; warpgroup 2: the
 // producer, whose thread 0 issues every box (a box's issue waits while the copy engine is busy,
-// ~150 cycles a box, which stalled a consumer's whole chain; its other threads only exit).
+// ~150 cycles a box, which stalled a consumer's whole chain). For a bf16 cache its other threads
+// only exit; for an fp8 cache its warps 1-3 widen each chunk's e4m3 bytes to bf16 in place
+// (round_widening.cuh).
 constexpr int kConsumerThreads = 256;
 constexpr int kThreads = kConsumerThreads + 128;
-// Registers a thread after the split (setmaxnreg): each warpgroup has a warp on each of the SM's
-// four quadrants, whose 16384 registers give 512 a lane: 2 x 232 + 40 = 504.
-constexpr int kConsumerRegisters = 232, kProducerRegisters = 40;
+// Registers a thread after the split (setmaxnreg). The launch gives each thread 168 (65536 / 384,
+// down to a multiple of 8), and the consumers can claim only what the producer has released:
+// 2 (consumer - 168) <= 168 - producer. The fp8 wideners spilled at 40 (ptxas), so fp8 takes 8
+// registers from each consumer.
+constexpr int kLaunchRegisters = 168;
+template <Cache C>
+constexpr int kConsumerRegisters = C == Cache::bf16 ? 232 : 224;
+template <Cache C>
+constexpr int kProducerRegisters = C == Cache::bf16 ? 40 : 56;
+static_assert(2 * kConsumerRegisters<Cache::bf16> + kProducerRegisters<Cache::bf16> <=
+                  3 * kLaunchRegisters &&
+              2 * kConsumerRegisters<Cache::fp8> + kProducerRegisters<Cache::fp8> <=
+                  3 * kLaunchRegisters);
 
 // Named barriers of the consumers (256 threads): one side arrives, the other waits.
 constexpr int kAReady = 1;     // C0 -> C1: P of tile A is in pbuf0, its m and l in m / l
@@ -26,6 +38,10 @@ constexpr int kBlIssued = 4;   // C0 -> C1: P_B V_L is issued (P_B V_R queues be
 constexpr int kZeroed = 5;     // + warpgroup, its 128 threads: a partial tile's tail is zero
 constexpr int kQLoaded = 7;    // both consumers: Q is in shared memory
 constexpr int kFinalRows = 8;  // both consumers: the last tile's m and l are in shared memory
+// Named barriers of the fp8 wideners (warps 1-3 of the producer, 96 threads).
+constexpr int kWideners = 96;
+constexpr int kStagedRead = 9;      // every staged byte of the chunk is in the wideners' registers
+constexpr int kWidenedStored = 10;  // every widened unit of the chunk is stored and fenced
 
 // The chunk groups of a stage that the consumers free for the producer's refill, each by the
 // last warpgroup that reads it: the rope chunk by the tile's owner once S is done, chunks 0-3 by
@@ -41,8 +57,9 @@ constexpr std::uint32_t kOffP0 = kOffKv + 2 * kTileBytes;  // P of tile A, 64 x 
 constexpr std::uint32_t kOffM = kOffP0 + kPairs * 128u;    // float [64]: m after a tile
 constexpr std::uint32_t kOffL = kOffM + kPairs * 4u;       // float [64][4]: l shares (quads)
 constexpr std::uint32_t kOffFull = kOffL + kPairs * 16u;   // uint64 [2 stages][9 chunks]
-constexpr std::uint32_t kOffEmpty = kOffFull + 2u * kChunks * 8u;  // uint64 [2 stages][3 groups]
-constexpr std::uint32_t kUsedBytes = kOffEmpty + 2u * kGroups * 8u;
+constexpr std::uint32_t kOffEmpty = kOffFull + 2u * kChunks * 8u;    // uint64 [2 stages][3 groups]
+constexpr std::uint32_t kOffStaged = kOffEmpty + 2u * kGroups * 8u;  // uint64 [2 stages][9 chunks]
+constexpr std::uint32_t kUsedBytes = kOffStaged + 2u * kChunks * 8u;
 constexpr std::uint32_t kSmemBytes = kUsedBytes + 1024;  // aligned up to 1024 inside
 static_assert(kSmemBytes <= 227u * 1024u, "sm_90 allows 227 KiB of shared memory per block");
 static_assert(kChunks == 9, "8 latent chunks and the rope chunk");
@@ -50,7 +67,7 @@ static_assert(kChunks == 9, "8 latent chunks and the rope chunk");
 // A thread block's shared memory: shared addresses for the MMA operands and barriers, pointers
 // for what threads read and write directly.
 struct RoundSmem {
-  std::uint32_t q, kv, p0, p1, full, empty;
+  std::uint32_t q, kv, p0, p1, full, empty, staged;
   const unsigned char* q_bytes;
   float* m;  // [64]
   float* l;  // [64][4]
@@ -62,12 +79,18 @@ struct RoundSmem {
         p1(smem_addr(smem) + kOffP1),
         full(smem_addr(smem) + kOffFull),
         empty(smem_addr(smem) + kOffEmpty),
+        staged(smem_addr(smem) + kOffStaged),
         q_bytes(smem + kOffQ),
         m(reinterpret_cast<float*>(smem + kOffM)),
         l(reinterpret_cast<float*>(smem + kOffL)) {}
   // Chunk c of stage s has landed (count 1 and the chunk's bytes; phase k: tile 2 k + s).
   __device__ __forceinline__ std::uint32_t full_bar(int stage, int c) const {
     return full + std::uint32_t(kChunks * stage + c) * 8u;
+  }
+  // fp8: the e4m3 bytes of chunk c of stage s have landed in its upper half (count 1 and 4 KiB;
+  // phase k: tile 2 k + s), for the wideners; the chunk's full barrier follows their widening.
+  __device__ __forceinline__ std::uint32_t staged_bar(int stage, int c) const {
+    return staged + std::uint32_t(kChunks * stage + c) * 8u;
   }
   // Group g of stage s is free (count 1: phase k once tile 2 k + s is done with it).
   __device__ __forceinline__ std::uint32_t empty_bar(int stage, ChunkGroup g) const {

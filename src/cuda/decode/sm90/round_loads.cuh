@@ -1,7 +1,8 @@
 // The KV loads of the round decode (round_kernel.cuh): every tile by bulk tensor copies, one
 // 64-row box per chunk (pages of a multiple of 64 tokens, items starting on a page boundary),
 // issued by the producer thread as the consumers free each chunk group, each chunk completing on
-// its own mbarrier; a partial last tile's rows past the visible end zeroed by its owner before S.
+// its own mbarrier (fp8: once widened, round_widening.cuh); a partial last tile's rows past the
+// visible end zeroed by its owner before S.
 #pragma once
 
 #include <cstdint>
@@ -22,53 +23,70 @@ __device__ __forceinline__ int tile_box_row(const DecodeParams& p, const DecodeT
                                             : end_row);
 }
 
-// Chunks `Chunks` of tile `index` (box row `row`) into its stage, by one thread: each chunk's
-// byte count on its own mbarrier, then its box.
-template <int... Chunks>
-__device__ __forceinline__ void load_chunks(const DecodeParams& p, const RoundSmem& sm, int index,
-                                            int row) {
-  const std::uint32_t stage = sm.stage(index);
-  auto one = [&](int c) {
-    const std::uint32_t bar = sm.full_bar(index & 1, c);
-    hopper::mbarrier_arrive_expect_tx(bar, kChunkBytes);
-    hopper::bulk_tensor_load_2d(stage + c * kChunkBytes, &p.kv_map, c * 64, row, bar);
-  };
-  (one(Chunks), ...);
+// The chunks of group g, in the order S reads them.
+template <class Fn>
+__device__ __forceinline__ void for_each_chunk_of(ChunkGroup g, Fn fn) {
+  if (g == kRopeGroup) {
+    fn(8);
+  } else {
+    const int first = g == kLowGroup ? 0 : 4;
+#pragma unroll
+    for (int c = first; c < first + 4; ++c) fn(c);
+  }
 }
 
-// The producer thread (thread 0 of warpgroup 2) over an item's n tiles: tiles 0 and 1 whole,
-// then each later tile's chunk groups as the consumers free them in tile index - 2, in the order
-// they do (the rope chunks at the round's top, then chunks 0-3 and 4-7 of tile A, then of B).
-// Only this thread waits for the block ids and for the copy engine to take each box.
-__device__ __forceinline__ void produce_tiles(const DecodeParams& p, const RoundSmem& sm,
-                                              const DecodeTile& tile, int n) {
+// fn(index, group, row) for every chunk group of an item's n tiles (row: the tile's box row) in
+// the order the producer loads them: tiles 0 and 1 whole, then each later tile's groups as the
+// consumers free them in tile index - 2 (the rope chunks at the round's top, then chunks 0-3 and
+// 4-7 of tile A, then of B). The producer's issuing thread and the fp8 wideners walk it alike.
+template <class Fn>
+__device__ __forceinline__ void for_each_group(const DecodeParams& p, const DecodeTile& tile, int n,
+                                               Fn fn) {
   auto row_of = [&](int index) { return tile_box_row(p, tile, tile.kv_begin + index * kKeys); };
   for (int index = 0; index < 2 && index < n; ++index) {
-    load_chunks<0, 1, 2, 3, 8, 4, 5, 6, 7>(p, sm, index, row_of(index));
+    const int row = row_of(index);
+    fn(index, kLowGroup, row);
+    fn(index, kRopeGroup, row);
+    fn(index, kHighGroup, row);
   }
 #pragma unroll 1
   for (int a = 2; a < n; a += 2) {
     const int b = a + 1;
     const bool has_b = b < n;
-    const std::uint32_t parity = std::uint32_t((a - 2) >> 1) & 1u;
     const int row_a = row_of(a), row_b = has_b ? row_of(b) : 0;
-    hopper::mbarrier_wait(sm.empty_bar(0, kRopeGroup), parity);
-    load_chunks<8>(p, sm, a, row_a);
+    fn(a, kRopeGroup, row_a);
+    if (has_b) fn(b, kRopeGroup, row_b);
+    fn(a, kLowGroup, row_a);
+    fn(a, kHighGroup, row_a);
     if (has_b) {
-      hopper::mbarrier_wait(sm.empty_bar(1, kRopeGroup), parity);
-      load_chunks<8>(p, sm, b, row_b);
-    }
-    hopper::mbarrier_wait(sm.empty_bar(0, kLowGroup), parity);
-    load_chunks<0, 1, 2, 3>(p, sm, a, row_a);
-    hopper::mbarrier_wait(sm.empty_bar(0, kHighGroup), parity);
-    load_chunks<4, 5, 6, 7>(p, sm, a, row_a);
-    if (has_b) {
-      hopper::mbarrier_wait(sm.empty_bar(1, kLowGroup), parity);
-      load_chunks<0, 1, 2, 3>(p, sm, b, row_b);
-      hopper::mbarrier_wait(sm.empty_bar(1, kHighGroup), parity);
-      load_chunks<4, 5, 6, 7>(p, sm, b, row_b);
+      fn(b, kLowGroup, row_b);
+      fn(b, kHighGroup, row_b);
     }
   }
+}
+
+// The producer thread (thread 0 of warpgroup 2): every chunk's box, each group once the
+// consumers have freed it in the tile two before. A bf16 box lands swizzled in the chunk and
+// completes its full barrier; an fp8 box (uint8, unswizzled: 64 tokens x 64 bytes) lands in the
+// chunk's upper half and completes its staged barrier, for the wideners. Only this thread waits
+// for the block ids and for the copy engine to take each box.
+template <Cache C>
+__device__ __forceinline__ void produce_tiles(const DecodeParams& p, const RoundSmem& sm,
+                                              const DecodeTile& tile, int n) {
+  constexpr std::uint32_t kBoxBytes = C == Cache::bf16 ? kChunkBytes : kChunkBytes / 2;
+  constexpr std::uint32_t kBoxAt = C == Cache::bf16 ? 0u : kStagedFp8;
+  for_each_group(p, tile, n, [&](int index, ChunkGroup g, int row) {
+    const int stage = index & 1;
+    if (index >= 2) {
+      hopper::mbarrier_wait(sm.empty_bar(stage, g), (std::uint32_t(index - 2) >> 1) & 1u);
+    }
+    for_each_chunk_of(g, [&](int c) {
+      const std::uint32_t bar = C == Cache::bf16 ? sm.full_bar(stage, c) : sm.staged_bar(stage, c);
+      hopper::mbarrier_arrive_expect_tx(bar, kBoxBytes);
+      hopper::bulk_tensor_load_2d(sm.stage(index) + c * kChunkBytes + kBoxAt, &p.kv_map, c * 64,
+                                  row, bar);
+    });
+  });
 }
 
 // Whether tile `index` reaches past the item's visible end.

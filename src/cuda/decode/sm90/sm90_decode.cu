@@ -1,6 +1,6 @@
 // Launch of the tensor-core decode kernels (kernel.cuh, round_kernel.cuh), with the tensor map of
-// the cache for its bulk tensor copies (bf16 caches whose block size is 16, 32 or a multiple of
-// 64).
+// the cache for their bulk tensor copies (bf16 caches whose block size is 16, 32 or a multiple of
+// 64; fp8 caches of the round decode).
 #include <cudaTypedefs.h>
 
 #include "cuda/decode/launch_plan.h"
@@ -31,16 +31,21 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // shapes faster; where two or more row tiles read it, 256 bytes does
 // (docs/design/decode-kernel.md). A captured CUDA graph keeps
 // the choice made at capture for every replay (it changes speed, never results).
-void encode_kv_map(DecodeParams& p, bool kv_shared) {
+//
+// A bf16 box lands 128-byte swizzled, as the MMAs read it, with NaN past the tensor (a block id
+// outside the cache). An fp8 box (uint8, 64 bytes a row) lands unswizzled in the upper half of a
+// chunk, for the round decode's widening, with zeros past the tensor (the widening writes NaN).
+void encode_kv_map(DecodeParams& p, bool kv_shared, bool fp8) {
   const cuuint64_t dims[2] = {cuuint64_t(kHeadDim), cuuint64_t(p.num_blocks * p.block_size)};
-  const cuuint64_t strides[1] = {cuuint64_t(kHeadDim) * 2};
+  const cuuint64_t strides[1] = {cuuint64_t(kHeadDim) * (fp8 ? 1 : 2)};
   const cuuint32_t box[2] = {64, cuuint32_t(std::min(p.block_size, sm90::kBoxRows))};
   const cuuint32_t elem[2] = {1, 1};
   const CUresult r = tensor_map_encoder()(
-      &p.kv_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p.cache), dims, strides,
-      box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      &p.kv_map, fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+      const_cast<void*>(p.cache), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      fp8 ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B,
       kv_shared ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B : CU_TENSOR_MAP_L2_PROMOTION_NONE,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA);
+      fp8 ? CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE : CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA);
   DCPMLA_REQUIRE(r == CUDA_SUCCESS, ErrorCode::backend_failure, "cuTensorMapEncodeTiled",
                  "CUDA_SUCCESS", std::to_string(int(r)));
 }
@@ -53,12 +58,17 @@ void launch_sm90_decode(const DecodeParams& params, DecodeKernel kernel, std::in
   DecodeParams p = params;
   const unsigned blocks = unsigned(num_tiles);
   if (kernel == DecodeKernel::sm90_bf16_rounds) {
-    encode_kv_map(p, kv_shared);
-    gpu::launch_with_shared_memory<sm90::rounds::round_decode_kernel>(
+    encode_kv_map(p, kv_shared, false);
+    gpu::launch_with_shared_memory<sm90::rounds::round_decode_kernel<sm90::Cache::bf16>>(
+        blocks, sm90::rounds::kThreads, sm90::rounds::kSmemBytes, p, s,
+        "round_decode_kernel<<<>>>");
+  } else if (kernel == DecodeKernel::sm90_fp8_rounds) {
+    encode_kv_map(p, kv_shared, true);
+    gpu::launch_with_shared_memory<sm90::rounds::round_decode_kernel<sm90::Cache::fp8>>(
         blocks, sm90::rounds::kThreads, sm90::rounds::kSmemBytes, p, s,
         "round_decode_kernel<<<>>>");
   } else if (kernel == DecodeKernel::sm90_bf16_bulk) {
-    encode_kv_map(p, kv_shared);
+    encode_kv_map(p, kv_shared, false);
     gpu::launch_with_shared_memory<sm90::decode_kernel<sm90::Cache::bf16, true>>(
         blocks, sm90::kThreads, sm90::kSmemBytes, p, s, "decode_kernel<<<>>>");
   } else if (kernel == DecodeKernel::sm90_bf16) {

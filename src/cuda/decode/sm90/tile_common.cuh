@@ -20,6 +20,10 @@ constexpr int kKeys = 64;   // tokens per KV tile, == kTileKeys
 constexpr int kChunks = kHeadDim / 64;
 constexpr std::uint32_t kChunkBytes = 64u * 128u;  // 64 rows of 64 bf16
 constexpr std::uint32_t kTileBytes = kChunks * kChunkBytes;
+// fp8 caches: a chunk's e4m3 bytes (64 tokens x 64 bytes) are staged in the upper half of its
+// bf16 area and widened in place; four e4m3 NaNs, which stand for a page outside the cache.
+constexpr std::uint32_t kStagedFp8 = kChunkBytes / 2;
+constexpr std::uint32_t kFp8NanWord = 0x7f7f7f7fu;
 static_assert(kPairs == kTilePairs && kKeys == kTileKeys && kHeadDim % 64 == 0 &&
               kLatentDim == 512);
 

@@ -25,10 +25,9 @@ namespace dcpmla::cuda::sm90 {
 // end, NaN for block ids outside the cache (as if the page were poisoned).
 static __device__ const uint4 kFillUnits[2] = {
     {0u, 0u, 0u, 0u}, {0x7fc07fc0u, 0x7fc07fc0u, 0x7fc07fc0u, 0x7fc07fc0u}};
-// The same for fp8 bytes (e4m3 zeros, e4m3 NaN), and where a chunk's fp8 bytes are staged.
+// The same for fp8 bytes (e4m3 zeros, e4m3 NaN).
 static __device__ const uint4 kFp8FillUnits[2] = {
-    {0u, 0u, 0u, 0u}, {0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu, 0x7f7f7f7fu}};
-constexpr std::uint32_t kStagedFp8 = kChunkBytes / 2;
+    {0u, 0u, 0u, 0u}, {kFp8NanWord, kFp8NanWord, kFp8NanWord, kFp8NanWord}};
 // Rows of a bulk copy box at most (the tensor map's box is 64 dims x min(block size, 64) rows).
 constexpr int kBoxRows = kBulkBoxRows;
 
