@@ -50,12 +50,15 @@ TEST(KernelSelection, RoundsTakeWideTilesOf64RowBoxes) {
   EXPECT_EQ(with_rounds(DType::bf16, 96, 256), DecodeKernel::sm90_bf16_rounds);
   EXPECT_EQ(with_rounds(DType::fp8_e4m3, 128, 64), DecodeKernel::sm90_fp8_rounds);
   EXPECT_EQ(with_rounds(DType::fp8_e4m3, 96, 128), DecodeKernel::sm90_fp8_rounds);
-  // Pages smaller than a box or heads that leave tiles of 16 pairs or fewer: not theirs.
+  // fp8 at every head count (its narrow tiles run wide in the round decode).
+  EXPECT_EQ(with_rounds(DType::fp8_e4m3, 16, 64), DecodeKernel::sm90_fp8_rounds);
+  EXPECT_EQ(with_rounds(DType::fp8_e4m3, 70, 64), DecodeKernel::sm90_fp8_rounds);
+  // Pages smaller than a box, or bf16 heads that leave tiles of 16 pairs or fewer: not theirs.
   EXPECT_EQ(with_rounds(DType::bf16, 128, 32), DecodeKernel::sm90_bf16_bulk);
   EXPECT_EQ(with_rounds(DType::bf16, 16, 64), DecodeKernel::sm90_bf16_bulk);
   EXPECT_EQ(with_rounds(DType::bf16, 80, 64), DecodeKernel::sm90_bf16_bulk);
   EXPECT_EQ(with_rounds(DType::fp8_e4m3, 128, 16), DecodeKernel::sm90_fp8);
-  EXPECT_EQ(with_rounds(DType::fp8_e4m3, 16, 64), DecodeKernel::sm90_fp8);
+  EXPECT_EQ(with_rounds(DType::fp8_e4m3, 128, 96), DecodeKernel::sm90_fp8);
   // Off unless asked for.
   EXPECT_EQ(select_decode_kernel({DType::bf16, DType::bf16, 128, 64, 64}).kernel,
             DecodeKernel::sm90_bf16_bulk);

@@ -154,7 +154,8 @@ TEST(TensorCoreEmulation, FlattenedAndNativeGiveTheSameBits) {
 
 // The round decode against the CPU backend: several rounds a walk (both stages and mbarrier
 // parities), odd and even tile counts, partial last tiles, tiles of 16 and 32 pairs, rows that see
-// no key (the small DCP case), pages of 64 and 128 tokens, split and unsplit, bf16 and fp8 caches.
+// no key (the small DCP case), pages of 64 and 128 tokens, split and unsplit, bf16 and fp8 caches
+// (fp8 also at 16 and 70 heads: tiles of 16 pairs and partial wide tiles, which it takes).
 TEST(TensorCoreEmulation, RoundsMatchCpuBackend) {
   struct Case {
     DType kv;
@@ -170,6 +171,8 @@ TEST(TensorCoreEmulation, RoundsMatchCpuBackend) {
       {DType::fp8_e4m3, 32, 64, 0, DType::f32, false},
       {DType::fp8_e4m3, 64, 128, 2, DType::bf16, false},
       {DType::fp8_e4m3, 32, 64, 0, DType::f32, true},
+      {DType::fp8_e4m3, 16, 64, 2, DType::bf16, false},
+      {DType::fp8_e4m3, 70, 64, 0, DType::f32, false},
   };
   int seed = 70;
   for (const Case& c : cases) {
