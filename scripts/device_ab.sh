@@ -8,8 +8,11 @@
 # variant.
 #
 # DIR holds one tree per variant (DIR/<variant>, made by scripts/snapshot.sh) and COMMIT, the
-# commit the variants start from; a variant's results carry "<COMMIT>-<variant>". One shape
-# only: --bench-args "--shape B,L,H,Q".
+# commit the variants start from; a variant's results carry "<COMMIT>-<variant>". A variant
+# TREE@VAR=VALUE runs tree DIR/TREE with VAR=VALUE in its environment (one build a tree), under
+# the label TREE-VAR-VALUE: e.g. main@DCPMLA_DECODE_ROUNDS=0 main@DCPMLA_DECODE_ROUNDS=1. One
+# shape only: --bench-args "--shape B,L,H,Q". The GPU machine returns at most 8 files, so all but
+# summary.txt and ab_summary.txt end in runs.tar.gz.
 #
 #   run (from the repository root): scripts/device_ab.sh DIR [--validate V] [--reps N]
 #                                   [--bench-args "ARGS"] VARIANT...
@@ -35,10 +38,28 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ ${#variants[@]} -ge 1 ] || usage
+# Each variant's tree, label and environment (VAR=VALUE or empty).
+labels=() trees=() envs=()
+label_of() {
+  if [[ $1 == *@*=* ]]; then
+    local tree=${1%%@*} assign=${1#*@}
+    echo "$tree-${assign%%=*}-${assign#*=}"
+  else
+    echo "$1"
+  fi
+}
 for v in "${variants[@]}"; do
-  [ -d "$dir/$v" ] || { echo "$0: no tree $dir/$v" >&2; exit 2; }
+  tree=${v%%@*}
+  env=""
+  [[ $v == *@*=* ]] && env=${v#*@}
+  [ -d "$dir/$tree" ] || { echo "$0: no tree $dir/$tree" >&2; exit 2; }
+  label=$(label_of "$v")
+  [[ $label =~ ^[A-Za-z0-9._-]+$ ]] || { echo "$0: variant label $label: letters, digits, . _ -" >&2; exit 2; }
+  labels+=("$label") trees+=("$tree") envs+=("$env")
 done
-[ -z "$validate" ] || [ -d "$dir/$validate" ] || { echo "$0: no tree $dir/$validate" >&2; exit 2; }
+validate_tree=${validate%%@*} validate_env=""
+[[ $validate == *@*=* ]] && validate_env=${validate#*@}
+[ -z "$validate" ] || [ -d "$dir/$validate_tree" ] || { echo "$0: no tree $dir/$validate_tree" >&2; exit 2; }
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -49,33 +70,35 @@ log() { echo "== [${SECONDS}s] $*" | tee -a "$OUT/summary.txt"; }
 JOBS=$(nproc 2>/dev/null || echo 8)
 # shellcheck source=scripts/device_deps.sh
 source "$(dirname "$0")/device_deps.sh"
-for v in "${variants[@]}"; do
-  [ "$v" = "$validate" ] && continue
-  (cd "$dir/$v" && cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDCPMLA_CUDA=ON \
+for tree in $(printf '%s\n' "${trees[@]}" | sort -u); do
+  [ "$tree" = "$validate_tree" ] && continue
+  (cd "$dir/$tree" && cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDCPMLA_CUDA=ON \
     -DDCPMLA_BUILD_TESTS=OFF -DDCPMLA_BUILD_BENCH=ON -DDCPMLA_NCCL=OFF \
-    ${prefix_arg[@]+"${prefix_arg[@]}"} > "$OUT/${v}_cmake.log" 2>&1 &&
-    cmake --build build-gpu --target dcpmla_gpu_bench > "$OUT/${v}_build.log" 2>&1
-  echo "$v build rc $?" >> "$OUT/summary.txt") &
+    ${prefix_arg[@]+"${prefix_arg[@]}"} > "$OUT/${tree}_cmake.log" 2>&1 &&
+    cmake --build build-gpu --target dcpmla_gpu_bench > "$OUT/${tree}_build.log" 2>&1
+  echo "$tree build rc $?" >> "$OUT/summary.txt") &
 done
 if [ -n "$validate" ]; then
-  (cd "$dir/$validate" && OUT="$OUT/${validate}_gpu" DCPMLA_COMMIT="$commit-$validate" \
-    DCPMLA_BENCH_ARGS="$bench_args" timeout 400 bash scripts/device_gpu.sh \
-    > "$OUT/${validate}_device_gpu.out" 2>&1
-  echo "$validate device_gpu rc $?" >> "$OUT/summary.txt")
-  cat "$OUT/${validate}_gpu/summary.txt" >> "$OUT/summary.txt" 2> /dev/null
+  vlabel=$(label_of "$validate")
+  (cd "$dir/$validate_tree" && env ${validate_env:+"$validate_env"} OUT="$OUT/${vlabel}_gpu" \
+    DCPMLA_COMMIT="$commit-$vlabel" DCPMLA_BENCH_ARGS="$bench_args" timeout 400 \
+    bash scripts/device_gpu.sh > "$OUT/${vlabel}_device_gpu.out" 2>&1
+  echo "$vlabel device_gpu rc $?" >> "$OUT/summary.txt")
+  cat "$OUT/${vlabel}_gpu/summary.txt" >> "$OUT/summary.txt" 2> /dev/null
 fi
 wait
 log "builds done"
 for rep in $(seq 1 "$reps"); do
-  for v in "${variants[@]}"; do
+  for i in "${!labels[@]}"; do
+    v=${labels[$i]}
     # shellcheck disable=SC2086  # bench_args is a list of options
-    timeout 120 "$dir/$v/build-gpu/bench/gpu/dcpmla_gpu_bench" $bench_args \
-      --commit "$commit-$v" --out "$OUT/${v}_r$rep.json" > "$OUT/${v}_r$rep.txt" 2>&1
+    env ${envs[$i]:+"${envs[$i]}"} timeout 120 "$dir/${trees[$i]}/build-gpu/bench/gpu/dcpmla_gpu_bench" \
+      $bench_args --commit "$commit-$v" --out "$OUT/${v}_r$rep.json" > "$OUT/${v}_r$rep.txt" 2>&1
     log "$v r$rep rc $?"
   done
 done
 
-python3 - "$OUT" "${variants[@]}" > "$OUT/ab_summary.txt" <<'PY' || log "ab_summary failed"
+python3 - "$OUT" "${labels[@]}" > "$OUT/ab_summary.txt" <<'PY' || log "ab_summary failed"
 import glob, json, sys
 out, variants = sys.argv[1], sys.argv[2:]
 best = {}  # (shape) -> {variant: best median over the runs}
@@ -97,3 +120,5 @@ for key, by in best.items():
     print(" ".join(str(k) for k in key), "|", " | ".join(cells))
 PY
 tail -n +1 "$OUT/ab_summary.txt" | head -80
+(cd "$OUT" && find . -mindepth 1 -maxdepth 1 ! -name summary.txt ! -name ab_summary.txt \
+  ! -name runs.tar.gz -printf '%P\0' | tar --null -czf runs.tar.gz -T - --remove-files)
