@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#ifdef DCPMLA_PLAN_STAMPS
+#if defined(DCPMLA_PLAN_STAMPS) || defined(DCPMLA_BLOCK_TIMES)
 #include "cuda/kernels.h"
 #endif
 #include "dcpmla/cuda_backend.h"
@@ -448,7 +448,60 @@ struct Measured {
   Stats stats;
   std::optional<double> graph_us;  // per call, from CUDA graph replays
   bool finite = false;             // every LSE finite after the runs (never time garbage)
+  nlohmann::json block_times;      // DCPMLA_BLOCK_TIMES builds: summarize_block_times
 };
+
+#ifdef DCPMLA_BLOCK_TIMES
+// One decode launch's blocks (cuda::read_block_times), in us from the first block's start: the
+// launch's span; per block its start, its start-up (to its first S), its walk (first S to its
+// last tile, and SM cycles a tile over it) and its end (last tile to thread 0's stores), each as
+// min / median / max over the wide blocks; the blocks per SM; and the block that ended last.
+nlohmann::json summarize_block_times(const std::vector<cuda::BlockTimes>& blocks) {
+  std::vector<cuda::BlockTimes> wide;
+  std::uint64_t t0 = ~std::uint64_t(0);
+  std::vector<int> per_sm(1024, 0);
+  std::size_t started = 0;
+  for (const auto& b : blocks) {
+    if (b.start_ns == 0) continue;  // past the plan's items
+    ++started;
+    t0 = std::min(t0, b.start_ns);
+    ++per_sm[std::size_t(b.sm % per_sm.size())];
+    if (b.first_s_ns != 0 && b.walked_ns != 0 && b.end_ns != 0 && b.tiles > 0) wide.push_back(b);
+  }
+  if (wide.empty()) return nlohmann::json::object();
+  auto us = [](std::uint64_t a, std::uint64_t b) { return (double(b) - double(a)) * 1e-3; };
+  auto spread = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return nlohmann::json{{"min", v.front()}, {"median", v[v.size() / 2]}, {"max", v.back()}};
+  };
+  std::vector<double> start, startup, walk, cycles, end;
+  const cuda::BlockTimes* last = &wide.front();
+  for (const auto& b : wide) {
+    start.push_back(us(t0, b.start_ns));
+    startup.push_back(us(b.start_ns, b.first_s_ns));
+    walk.push_back(us(b.first_s_ns, b.walked_ns));
+    cycles.push_back(double(b.walked_clock - b.first_s_clock) / double(b.tiles));
+    end.push_back(us(b.walked_ns, b.end_ns));
+    if (b.end_ns > last->end_ns) last = &b;
+  }
+  return {{"blocks", started},
+          {"wide_blocks", wide.size()},
+          {"span_us", us(t0, last->end_ns)},
+          {"most_blocks_per_sm", *std::max_element(per_sm.begin(), per_sm.end())},
+          {"start_us", spread(start)},
+          {"startup_us", spread(startup)},
+          {"walk_us", spread(walk)},
+          {"walk_cycles_per_tile", spread(cycles)},
+          {"end_us", spread(end)},
+          {"last_block",
+           {{"sm", last->sm},
+            {"tiles", last->tiles},
+            {"start_us", us(t0, last->start_ns)},
+            {"startup_us", us(last->start_ns, last->first_s_ns)},
+            {"walk_us", us(last->first_s_ns, last->walked_ns)},
+            {"end_us", us(last->walked_ns, last->end_ns)}}}};
+}
+#endif
 
 // Times the decode of `sh`: `reps` calls, each between its own pair of events, after at least
 // max(100, steady_ms) ms of warm-up, then graph replays. With sets > 1 the calls rotate over that
@@ -513,7 +566,13 @@ Measured measure_shape(Backend& backend, const Shape& sh, int sets, int sms, std
         "cudaMemcpy");
   const bool finite =
       std::all_of(lse_host.begin(), lse_host.end(), [](float x) { return std::isfinite(x); });
-  return {std::move(p), st, graph, finite};
+  nlohmann::json block_times;
+#ifdef DCPMLA_BLOCK_TIMES
+  // One more call, alone on the stream.
+  call();
+  block_times = summarize_block_times(cuda::read_block_times(s));
+#endif
+  return {std::move(p), st, graph, finite, std::move(block_times)};
 }
 
 // --serve: one shape a line of stdin, {"B", "L", "H", "q": [Q per request] or Q, "world" (1),
@@ -717,6 +776,24 @@ int main(int argc, char** argv) {
            {"flashmla_strategy", sh.flashmla_note},
            {"speedup_vs_flashmla", sh.flashmla_us > 0 ? sh.flashmla_us / st.median_us : 0.0},
            {"output_finite", finite}});
+      if (!m.block_times.is_null() && !m.block_times.empty()) {
+        const auto& bt = m.block_times;
+        auto mm = [&](const char* k) {
+          return fmt::format("{:.1f}/{:.1f}/{:.1f}", bt[k]["min"].get<double>(),
+                             bt[k]["median"].get<double>(), bt[k]["max"].get<double>());
+        };
+        const auto& last = bt["last_block"];
+        fmt::print(
+            "  blocks {} span {:.1f} us; min/median/max: start {} startup {} walk {} us, {} "
+            "cycles a tile, end {} us; last block: sm {} tiles {} start {:.1f} startup {:.1f} "
+            "walk {:.1f} end {:.1f} us\n",
+            bt["blocks"].get<std::size_t>(), bt["span_us"].get<double>(), mm("start_us"),
+            mm("startup_us"), mm("walk_us"), mm("walk_cycles_per_tile"), mm("end_us"),
+            last["sm"].get<std::uint64_t>(), last["tiles"].get<std::uint64_t>(),
+            last["start_us"].get<double>(), last["startup_us"].get<double>(),
+            last["walk_us"].get<double>(), last["end_us"].get<double>());
+        results.back()["block_times"] = bt;
+      }
       write();
     }
     if (filter.empty() || std::string("device_planning").find(filter) != std::string::npos) {

@@ -42,6 +42,18 @@ struct PlanStamp {
 std::vector<PlanStamp> read_plan_stamps(cudaStream_t s);
 #endif
 
+#ifdef DCPMLA_BLOCK_TIMES
+// The sm90 decode's last launch, built with DCPMLA_BLOCK_TIMES: for each of its first
+// kMaxTimedBlocks thread blocks (wide tiles; a narrow tile records its start only), the SM it ran
+// on, its KV tiles, and the global timer (ns) at its start, once its first S is done, after its
+// last tile and after its thread 0's stores, with the SM clock at the middle two.
+inline constexpr int kMaxTimedBlocks = 4096;
+struct BlockTimes {
+  std::uint64_t sm, tiles, start_ns, first_s_ns, walked_ns, end_ns, first_s_clock, walked_clock;
+};
+std::vector<BlockTimes> read_block_times(cudaStream_t s);
+#endif
+
 // Where a decode writes its final rows (output_rows.cuh has the device side). Plain: O of item
 // (row * H + h) at out[item * 512 ...] (f32 or bf16) and its LSE at lse[item]. Packed (DecodeArgs
 // send): the a2a send rows [W, rows, H/W, packed_row] (f32 or bf16), O then the fp32 LSE in each

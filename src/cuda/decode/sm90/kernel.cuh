@@ -37,6 +37,7 @@
 
 #include <cstdint>
 
+#include "cuda/decode/sm90/block_times.cuh"
 #include "cuda/decode/sm90/config.h"
 #include "cuda/decode/sm90/epilogue.cuh"
 #include "cuda/decode/sm90/narrow_tile.cuh"
@@ -68,6 +69,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = C == Cache::bf16 ? warp_uniform_warpgroup() : tid >> 7;
   const int lane = tid & 31, warp = wt >> 5, quad = lane & 3;
   const int n = (tile.kv_visible_end - tile.kv_begin + kKeys - 1) / kKeys;
+  mark_block(BlockMark::start, n);
   // Tiles of at least three quarters of kPairs (compute-bound work: full tiles, and the equal
   // halves of rules::tile_step): the scores warpgroup issues S of tile i + 1 only once P.V of
   // tile i is issued, so the tensor cores take P.V first and the stage it frees refills sooner
@@ -123,6 +125,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       hopper::wgmma_wait<0>();
       hopper::pin_registers(s);
     }
+    mark_block(BlockMark::first_s, n);
     for (int i = 0; i < n; ++i) {
       const int t0 = tile.kv_begin + i * kKeys;
       float factor[2];
@@ -151,6 +154,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         hopper::pin_registers(s);
       }
     }
+    mark_block(BlockMark::walked, n);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       l[r] = quad_sum(l[r]);
@@ -206,6 +210,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       store_output_row(p, partial, item * kLatentDim + col, o, r, scale);
     }
   }
+  mark_block(BlockMark::end, n);
 }
 
 }  // namespace sm90

@@ -36,6 +36,7 @@
 
 #include <cstdint>
 
+#include "cuda/decode/sm90/block_times.cuh"
 #include "cuda/decode/sm90/epilogue.cuh"
 #include "cuda/decode/sm90/output_half.cuh"
 #include "cuda/decode/sm90/round_layout.cuh"
@@ -64,6 +65,7 @@ static __global__ void __launch_bounds__(kThreads, 1)
   const int wg = warp_uniform_warpgroup();
   const int lane = tid & 31, warp = wt >> 5, quad = lane & 3;
   const int n = (tile.kv_visible_end - tile.kv_begin + kKeys - 1) / kKeys;
+  mark_block(BlockMark::start, n);
   // The thread's two accumulator rows (the same in S and in O).
   const int rows[2] = {16 * warp + (lane >> 2), 16 * warp + (lane >> 2) + 8};
   auto t0_of = [&](int index) { return tile.kv_begin + index * kKeys; };
@@ -109,6 +111,7 @@ static __global__ void __launch_bounds__(kThreads, 1)
     hopper::pin_registers(s);
   };
   if (wg < n) scores(wg);
+  mark_block(BlockMark::first_s, n);
 
   for (int a = 0; a < n; a += 2) {
     const int b = a + 1;
@@ -181,6 +184,7 @@ static __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
+  mark_block(BlockMark::walked, n);
   named_barrier_sync(kFinalRows, kConsumerThreads);  // the last tile's m and l are in place
 
   const bool partial = tile.partial_row >= 0;
@@ -201,6 +205,7 @@ static __global__ void __launch_bounds__(kThreads, 1)
       store_output_row(p, partial, item * kLatentDim + col, o, r, scale);
     }
   }
+  mark_block(BlockMark::end, n);
 }
 
 }  // namespace sm90::rounds

@@ -52,9 +52,34 @@ void encode_kv_map(DecodeParams& p, bool kv_shared, bool fp8) {
 
 }  // namespace
 
+#ifdef DCPMLA_BLOCK_TIMES
+// The blocks of the last launch (at most kMaxTimedBlocks are recorded).
+static std::int64_t last_launch_blocks = 0;
+
+std::vector<BlockTimes> read_block_times(cudaStream_t s) {
+  gpu::check(cudaStreamSynchronize(s), "read_block_times: stream");
+  std::vector<BlockTimes> out(
+      std::size_t(std::min<std::int64_t>(last_launch_blocks, kMaxTimedBlocks)));
+  if (!out.empty()) {
+    gpu::check(
+        cudaMemcpyFromSymbol(out.data(), sm90::sm90_block_times, out.size() * sizeof(BlockTimes)),
+        "sm90_block_times");
+  }
+  return out;
+}
+#endif
+
 void launch_sm90_decode(const DecodeParams& params, DecodeKernel kernel, std::int64_t num_tiles,
                         bool kv_shared, cudaStream_t s) {
   if (num_tiles <= 0) return;
+#ifdef DCPMLA_BLOCK_TIMES
+  // Blocks past a captured plan's items exit unmarked: no entry of an earlier launch may remain.
+  last_launch_blocks = num_tiles;
+  void* times = nullptr;
+  gpu::check(cudaGetSymbolAddress(&times, sm90::sm90_block_times), "sm90_block_times");
+  gpu::check(cudaMemsetAsync(times, 0, sizeof(BlockTimes) * kMaxTimedBlocks, s),
+             "sm90_block_times");
+#endif
   DecodeParams p = params;
   const unsigned blocks = unsigned(num_tiles);
   if (kernel == DecodeKernel::sm90_bf16_rounds) {
