@@ -65,21 +65,18 @@ DecodeKernelChoice select_decode_kernel(const DecodeConfig& c) {
     choice.kernel =
         bulk_copies_fit(c.block_size) ? DecodeKernel::sm90_bf16_bulk : DecodeKernel::sm90_bf16;
   }
-  // The round decode: tiles by one 64-row box a chunk (pages of a multiple of 64 tokens). bf16
-  // takes it for heads in multiples of 32, so that no tile of any work item has 16 pairs or fewer
-  // (those run narrow in the warp-specialised form; the round decode runs every tile wide, with
-  // the same bits). fp8 takes it for every head count: the warp-specialised form's narrow fp8
-  // tiles copy and widen on the output warpgroups' path ((128, 8192, 16, 1): 335 us against 277
-  // for bf16), where the round decode widens off the consumers' path.
+  // The round decode: tiles by one 64-row box a chunk (pages of a multiple of 64 tokens), at
+  // every head count. Its bf16 tiles of at most 16 pairs run the warp-specialised form's narrow
+  // tiles inside it; its fp8 ones run wide, widened off the consumers' path (the warp-specialised
+  // form's narrow fp8 tiles copy and widen on its output warpgroups' path: (128, 8192, 16, 1)
+  // 335 us against 277 for bf16).
   if (c.rounds && c.block_size % 64 == 0) {
-    if (c.cache_dtype == DType::fp8_e4m3) {
-      choice.kernel = DecodeKernel::sm90_fp8_rounds;
-      return choice;
+    choice.kernel = c.cache_dtype == DType::fp8_e4m3 ? DecodeKernel::sm90_fp8_rounds
+                                                     : DecodeKernel::sm90_bf16_rounds;
+    if (c.cache_dtype == DType::bf16 && sm90::kNarrowPairs >= 16 && c.tile_pairs <= 16) {
+      choice.narrow_pairs = 16;
     }
-    if (c.num_heads % 32 == 0 && c.tile_pairs > 16) {
-      choice.kernel = DecodeKernel::sm90_bf16_rounds;
-      return choice;
-    }
+    return choice;
   }
   if (sm90::kNarrowPairs >= 16 && c.tile_pairs <= 16) {
     choice.narrow_pairs = 16;

@@ -44,19 +44,25 @@ DecodeKernel with_rounds(DType cache, int heads, int block_size) {
   return select_decode_kernel({DType::bf16, cache, heads, block_size, 64, /*rounds=*/true}).kernel;
 }
 
-TEST(KernelSelection, RoundsTakeWideTilesOf64RowBoxes) {
+TEST(KernelSelection, RoundsTakePagesOf64RowBoxes) {
   EXPECT_EQ(with_rounds(DType::bf16, 128, 64), DecodeKernel::sm90_bf16_rounds);
   EXPECT_EQ(with_rounds(DType::bf16, 32, 128), DecodeKernel::sm90_bf16_rounds);
   EXPECT_EQ(with_rounds(DType::bf16, 96, 256), DecodeKernel::sm90_bf16_rounds);
   EXPECT_EQ(with_rounds(DType::fp8_e4m3, 128, 64), DecodeKernel::sm90_fp8_rounds);
   EXPECT_EQ(with_rounds(DType::fp8_e4m3, 96, 128), DecodeKernel::sm90_fp8_rounds);
-  // fp8 at every head count (its narrow tiles run wide in the round decode).
+  // Every head count: bf16 tiles of at most 16 pairs run the narrow form inside the round
+  // decode, fp8 ones run wide.
+  EXPECT_EQ(with_rounds(DType::bf16, 16, 64), DecodeKernel::sm90_bf16_rounds);
+  EXPECT_EQ(with_rounds(DType::bf16, 80, 64), DecodeKernel::sm90_bf16_rounds);
   EXPECT_EQ(with_rounds(DType::fp8_e4m3, 16, 64), DecodeKernel::sm90_fp8_rounds);
   EXPECT_EQ(with_rounds(DType::fp8_e4m3, 70, 64), DecodeKernel::sm90_fp8_rounds);
-  // Pages smaller than a box, or bf16 heads that leave tiles of 16 pairs or fewer: not theirs.
+  auto narrow = [](DType cache) {
+    return select_decode_kernel({DType::bf16, cache, 16, 64, 16, /*rounds=*/true}).narrow_pairs;
+  };
+  EXPECT_EQ(narrow(DType::bf16), 16);
+  EXPECT_EQ(narrow(DType::fp8_e4m3), 0);
+  // Pages smaller than a box: not theirs.
   EXPECT_EQ(with_rounds(DType::bf16, 128, 32), DecodeKernel::sm90_bf16_bulk);
-  EXPECT_EQ(with_rounds(DType::bf16, 16, 64), DecodeKernel::sm90_bf16_bulk);
-  EXPECT_EQ(with_rounds(DType::bf16, 80, 64), DecodeKernel::sm90_bf16_bulk);
   EXPECT_EQ(with_rounds(DType::fp8_e4m3, 128, 16), DecodeKernel::sm90_fp8);
   EXPECT_EQ(with_rounds(DType::fp8_e4m3, 128, 96), DecodeKernel::sm90_fp8);
   // Off unless asked for.

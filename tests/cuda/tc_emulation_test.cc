@@ -48,9 +48,8 @@ void run_ws(const TileRun& run) {
                        [&] { sm90::decode_kernel<C, Bulk>(p); });
 }
 
-// The round decode (bf16 or fp8 caches of pages of a multiple of 64 tokens), whatever the tiles'
-// pairs: it runs tiles of 16 pairs or fewer wide, which the kernel selection leaves to the narrow
-// form.
+// The round decode (bf16 or fp8 caches of pages of a multiple of 64 tokens): bf16 tiles of at
+// most 16 pairs run the warp-specialised form's narrow tiles inside it, fp8 ones wide.
 void run_rounds(const testing::ScenarioSpec& spec, const TileRun& run) {
   ASSERT_TRUE(spec.kv_dtype != DType::f32 && spec.block_size % 64 == 0);
   const bool fp8 = spec.kv_dtype == DType::fp8_e4m3;

@@ -37,6 +37,7 @@
 
 #include <cstdint>
 
+#include "cuda/decode/sm90/block_start.cuh"
 #include "cuda/decode/sm90/block_times.cuh"
 #include "cuda/decode/sm90/config.h"
 #include "cuda/decode/sm90/epilogue.cuh"
@@ -81,20 +82,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The thread's two accumulator rows (the same in S and in O).
   const int rows[2] = {16 * warp + (lane >> 2), 16 * warp + (lane >> 2) + 8};
 
-  if (tid == 0) {
-    for (int i = 0; i < 4; ++i) hopper::mbarrier_init(sm.full + 8u * i, 1);
-  }
-  __syncthreads();
-  if (n > 0) {
-    load_q<kThreads>(p, tile, sm.q, tid);
-    if (wg > 0) {
-      const OutputLoader<C> ld(wt, wg - 1, kLoaded + wg - 1);
-      OutputRefill<C, Bulk, true>(p, tile, sm, ld, n).prologue();
-    }
-    hopper::cp_async_wait_all();
-    hopper::fence_proxy_async_shared();
-  }
-  __syncthreads();
+  start_block<C, Bulk>(p, tile, sm, tid, wg, wt, n);
   if constexpr (kNarrowPairs >= 16) {
     if (tile.num_pairs <= 16) return narrow_tile<C, Bulk, 16>(p, tile, sm, n);
   }

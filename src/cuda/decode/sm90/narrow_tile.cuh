@@ -20,6 +20,7 @@
 
 #include <cstdint>
 
+#include "cuda/decode/sm90/block_start.cuh"
 #include "cuda/decode/sm90/epilogue.cuh"
 #include "cuda/decode/sm90/refill.cuh"
 #include "cuda/decode/sm90/smem_layout.cuh"
@@ -300,6 +301,15 @@ __device__ __forceinline__ void narrow_tile(const DecodeParams& p, const DecodeT
       }
     }
   }
+}
+
+// A tile of at most 16 pairs by a whole block from its start, in the narrow form (the round decode
+// hands its bf16 tiles of at most 16 pairs to it).
+template <Cache C, bool Bulk>
+__device__ __forceinline__ void narrow_block(const DecodeParams& p, const DecodeTile& tile,
+                                             const BlockSmem& sm, int tid, int wg, int wt, int n) {
+  start_block<C, Bulk>(p, tile, sm, tid, wg, wt, n);
+  narrow_tile<C, Bulk, 16>(p, tile, sm, n);
 }
 
 }  // namespace dcpmla::cuda::sm90

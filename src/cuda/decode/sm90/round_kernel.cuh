@@ -38,6 +38,7 @@
 
 #include "cuda/decode/sm90/block_times.cuh"
 #include "cuda/decode/sm90/epilogue.cuh"
+#include "cuda/decode/sm90/narrow_tile.cuh"
 #include "cuda/decode/sm90/output_half.cuh"
 #include "cuda/decode/sm90/round_layout.cuh"
 #include "cuda/decode/sm90/round_loads.cuh"
@@ -49,6 +50,9 @@
 
 namespace dcpmla::cuda {
 namespace sm90::rounds {
+
+// A block that hands its tile to the narrow form runs in that form's layout.
+static_assert(kSmemBytes >= sm90::kSmemBytes && kThreads == sm90::kThreads);
 
 // Internal linkage: the host emulation compiles this source as a function of its own test,
 // beside the CUDA library's kernel of the same name.
@@ -66,6 +70,14 @@ static __global__ void __launch_bounds__(kThreads, 1)
   const int lane = tid & 31, warp = wt >> 5, quad = lane & 3;
   const int n = (tile.kv_visible_end - tile.kv_begin + kKeys - 1) / kKeys;
   mark_block(BlockMark::start, n);
+  // bf16 tiles of at most 16 pairs run the warp-specialised form's narrow tiles, in that form's
+  // block layout (a 64-row MMA would be 3/4 padding; its bulk copies read these pages as ours
+  // do). fp8 runs them wide here, where its widening is off the consumers' path.
+  if constexpr (C == Cache::bf16 && kNarrowPairs >= 16) {
+    if (tile.num_pairs <= 16) {
+      return narrow_block<C, true>(p, tile, BlockSmem(aligned_smem(smem_raw)), tid, wg, wt, n);
+    }
+  }
   // The thread's two accumulator rows (the same in S and in O).
   const int rows[2] = {16 * warp + (lane >> 2), 16 * warp + (lane >> 2) + 8};
   auto t0_of = [&](int index) { return tile.kv_begin + index * kKeys; };
