@@ -1,7 +1,8 @@
-// The round decode: the sm90 decode of wide tiles whose KV comes by 64-row boxes (block size a
+// The round decode: the sm90 decode of tiles whose KV comes by 64-row boxes (block size a
 // multiple of 64; an fp8 cache's e4m3 bytes widened to bf16 by the producer warpgroup), in rounds
 // of two KV tiles on two consumer warpgroups, so that one warpgroup's softmax runs beside the
-// other's MMAs (docs/design/decode-kernel.md, "The round decode").
+// other's MMAs (docs/design/decode-kernel.md, "The round decode"). A bf16 tile of at most 16
+// pairs goes to the warp-specialised form's narrow tile instead.
 //
 // A thread block of 384 threads per DecodeTile (64 (row, head) pairs of one work item) walks the
 // item's KV in 64-token tiles through 2 stages; round j takes tiles A = 2 j (stage 0) and
