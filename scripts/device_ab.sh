@@ -38,28 +38,23 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ ${#variants[@]} -ge 1 ] || usage
-# Each variant's tree, label and environment (VAR=VALUE or empty).
-labels=() trees=() envs=()
+# A variant's environment (VAR=VALUE, or nothing) and its label.
+env_of() { [[ $1 == *@*=* ]] && echo "${1#*@}"; }
 label_of() {
-  if [[ $1 == *@*=* ]]; then
-    local tree=${1%%@*} assign=${1#*@}
-    echo "$tree-${assign%%=*}-${assign#*=}"
-  else
-    echo "$1"
-  fi
+  local env
+  env=$(env_of "$1")
+  if [ -n "$env" ]; then echo "${1%%@*}-${env%%=*}-${env#*=}"; else echo "$1"; fi
 }
-for v in "${variants[@]}"; do
-  tree=${v%%@*}
-  env=""
-  [[ $v == *@*=* ]] && env=${v#*@}
-  [ -d "$dir/$tree" ] || { echo "$0: no tree $dir/$tree" >&2; exit 2; }
-  label=$(label_of "$v")
-  [[ $label =~ ^[A-Za-z0-9._-]+$ ]] || { echo "$0: variant label $label: letters, digits, . _ -" >&2; exit 2; }
-  labels+=("$label") trees+=("$tree") envs+=("$env")
+labels=() trees=() envs=()
+for v in "${variants[@]}" ${validate:+"$validate"}; do
+  [ -d "$dir/${v%%@*}" ] || { echo "$0: no tree $dir/${v%%@*}" >&2; exit 2; }
+  [[ $(label_of "$v") =~ ^[A-Za-z0-9._-]+$ ]] ||
+    { echo "$0: variant label $(label_of "$v"): letters, digits, . _ -" >&2; exit 2; }
 done
-validate_tree=${validate%%@*} validate_env=""
-[[ $validate == *@*=* ]] && validate_env=${validate#*@}
-[ -z "$validate" ] || [ -d "$dir/$validate_tree" ] || { echo "$0: no tree $dir/$validate_tree" >&2; exit 2; }
+for v in "${variants[@]}"; do
+  labels+=("$(label_of "$v")") trees+=("${v%%@*}") envs+=("$(env_of "$v")")
+done
+validate_tree=${validate%%@*} validate_env=$(env_of "$validate")
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)

@@ -23,13 +23,20 @@ __device__ __forceinline__ int tile_box_row(const DecodeParams& p, const DecodeT
                                             : end_row);
 }
 
-// The chunks of group g, in the order S reads them.
+// The chunks [first, last) of group g.
+struct ChunkRange {
+  int first, last;
+};
+__device__ __forceinline__ ChunkRange chunks_of(ChunkGroup g) {
+  return g == kRopeGroup ? ChunkRange{8, 9} : g == kLowGroup ? ChunkRange{0, 4} : ChunkRange{4, 8};
+}
+// fn(c) for the chunks of group g, unrolled.
 template <class Fn>
 __device__ __forceinline__ void for_each_chunk_of(ChunkGroup g, Fn fn) {
   if (g == kRopeGroup) {
     fn(8);
   } else {
-    const int first = g == kLowGroup ? 0 : 4;
+    const int first = chunks_of(g).first;
 #pragma unroll
     for (int c = first; c < first + 4; ++c) fn(c);
   }

@@ -64,10 +64,10 @@ __device__ __forceinline__ void widen_tiles(const DecodeParams& p, const RoundSm
   for_each_group(p, tile, n, [&](int index, ChunkGroup g, int row) {
     const int stage = index & 1;
     const std::uint32_t parity = std::uint32_t(index >> 1) & 1u;
-    const int first = g == kRopeGroup ? 8 : g == kLowGroup ? 0 : 4;
-    const int last = g == kRopeGroup ? 9 : first + 4;
+    // Not unrolled: unrolled, the wideners spilled.
+    const ChunkRange r = chunks_of(g);
 #pragma unroll 1
-    for (int c = first; c < last; ++c) {
+    for (int c = r.first; c < r.last; ++c) {
       hopper::mbarrier_wait(sm.staged_bar(stage, c), parity);
       widen_chunk(sm.stage(index) + std::uint32_t(c) * kChunkBytes, row == outside, wt);
       if (wt == 0) hopper::mbarrier_arrive(sm.full_bar(stage, c));
