@@ -136,12 +136,25 @@ if command -v compute-sanitizer > /dev/null; then
     --gtest_filter="CudaSchedule.DevicePlanEqualsHostPlanOnRandomBatches" 2>&1 |
     tee "$OUT/racecheck_planner.log" | tail -6
   [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "FAIL: racecheck of the planner"; }
+  # racecheck does not order a bar.arrive before the bar.sync of the same named barrier (see
+  # below). The round decode hands each row's m and l between its consumer warpgroups that way
+  # (publish_rows, arrive; sync, read_rows) in every decode, so a hazard between those two is
+  # not a verdict; any other hazard is.
   log "compute-sanitizer racecheck (one small decode)"
-  timeout "$(cap 60)" compute-sanitizer --tool racecheck --error-exitcode 3 \
+  timeout "$(cap 60)" compute-sanitizer --tool racecheck \
     build-gpu/tests/cuda/cuda_backend_test \
-    --gtest_filter='CudaBackend.DecodeRepeatsAndGrowsItsPlanBuffers' 2>&1 |
-    tee "$OUT/racecheck.log" | tail -8
-  [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "FAIL: racecheck"; }
+    --gtest_filter='CudaBackend.DecodeRepeatsAndGrowsItsPlanBuffers' > "$OUT/racecheck.log" 2>&1
+  rc=$?
+  sides=$(grep -A1 "Race reported between" "$OUT/racecheck.log" | grep -c " access at ")
+  handoff_sides=$(grep -A1 "Race reported between" "$OUT/racecheck.log" |
+    grep " access at " | grep -c -E "rounds::(read_rows|publish_rows)\(")
+  tail -3 "$OUT/racecheck.log"
+  log "racecheck: $((sides / 2)) hazards, $((handoff_sides / 2)) of them the round decode's m / l hand-off"
+  if [ "$rc" -ne 0 ] || ! grep -q "RACECHECK SUMMARY" "$OUT/racecheck.log" ||
+    [ "$sides" -ne "$handoff_sides" ]; then
+    status=1
+    log "FAIL: racecheck"
+  fi
   # Items of several tiles: synccheck (barrier use) must be clean. racecheck does not order a
   # bar.arrive before the bar.sync of the same named barrier, which is how the warpgroups hand
   # over P, the rescale factors and the stages, so there it reports hazards on the factors (and,
