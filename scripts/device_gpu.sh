@@ -18,6 +18,8 @@
 # DCPMLA_BENCH_ARGS adds options to dcpmla_gpu_bench (e.g. "--filter flashmla_table").
 # DCPMLA_DECODE_ROUNDS=1 (read when a CUDA backend is made) runs the tests and the benchmark on
 # the round decode wherever it applies (docs/design/decode-kernel.md, "The round decode").
+# DCPMLA_PYTHON=0 leaves out the Python steps (the package's tests, torch_vs_cpp.py; ~200 s),
+# for a change to the kernels only.
 #
 #   run: scripts/device_gpu.sh
 set -uo pipefail
@@ -81,7 +83,9 @@ fi
 # The package's tests on the build tree's modules: the numpy path, the torch ops and
 # BatchMLADecodeWrapper (their CUDA tests run here, skipped without a GPU), the serving harness.
 # The wheel test is left out (it builds in a new virtual environment, which needs the network).
-if [ -d build-gpu/python/dcpmla ]; then
+python=${DCPMLA_PYTHON:-1}
+[ "$python" = 1 ] || log "Python steps left out (DCPMLA_PYTHON=0)"
+if [ "$python" = 1 ] && [ -d build-gpu/python/dcpmla ]; then
   log "Python tests (ctest -L python, wheel excluded)"
   timeout "$(cap 300)" ctest --test-dir build-gpu -L python -E python_wheel --output-on-failure \
     -j 4 --timeout 280 2>&1 | tee "$OUT/python_tests.log" | tail -15
@@ -98,7 +102,8 @@ if [ -x build-gpu/bench/gpu/dcpmla_gpu_bench ]; then
 fi
 
 # The torch op against the C++ benchmark on the same shapes (the Python modules and torch needed).
-if [ -x build-gpu/bench/gpu/dcpmla_gpu_bench ] && [ -f build-gpu/python/dcpmla/_torch_ops.so ]; then
+if [ "$python" = 1 ] && [ -x build-gpu/bench/gpu/dcpmla_gpu_bench ] &&
+  [ -f build-gpu/python/dcpmla/_torch_ops.so ]; then
   log "torch op against the C++ benchmark (bench/python/torch_vs_cpp.py)"
   PYTHONPATH=$PWD/build-gpu/python timeout "$(cap 150)" python3 bench/python/torch_vs_cpp.py \
     --bench build-gpu/bench/gpu/dcpmla_gpu_bench --out "$OUT/torch_vs_cpp.json" \
