@@ -215,7 +215,7 @@ class CudaBackend final : public Backend {
 
   int device_;
   int sms_ = 0;
-  const bool rounds_ = cuda::rounds_by_default();
+  const cuda::Rounds rounds_ = cuda::rounds_by_default();
   std::optional<Schedule> eager_;
   cudaEvent_t eager_used_ = nullptr;
 };

@@ -7,6 +7,7 @@
 
 #include "cuda/decode/launch_plan.h"
 #include "cuda/decode/sm90/config.h"
+#include "dcpmla/error.h"
 
 namespace dcpmla::cuda {
 
@@ -30,10 +31,12 @@ const char* to_string(DecodeKernel k) {
   return "?";
 }
 
-bool rounds_by_default() {
+Rounds rounds_by_default() {
   const char* v = std::getenv("DCPMLA_DECODE_ROUNDS");
-  if (v != nullptr && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0)) return v[0] == '1';
-  return sm90::kRounds;
+  if (v == nullptr) return Rounds::bf16_wide;
+  DCPMLA_REQUIRE(std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0, ErrorCode::invalid_argument,
+                 "DCPMLA_DECODE_ROUNDS", "0 or 1, or unset", fmt::format("\"{}\"", v));
+  return v[0] == '1' ? Rounds::all : Rounds::none;
 }
 
 DecodeKernelChoice select_decode_kernel(const DecodeConfig& c) {
@@ -67,10 +70,15 @@ DecodeKernelChoice select_decode_kernel(const DecodeConfig& c) {
   }
   // The round decode: tiles by one 64-row box a chunk (pages of a multiple of 64 tokens), at
   // every head count. Its bf16 tiles of at most 16 pairs run the warp-specialised form's narrow
-  // tiles inside it; its fp8 ones run wide, widened off the consumers' path (the warp-specialised
-  // form's narrow fp8 tiles copy and widen on its output warpgroups' path: (128, 8192, 16, 1)
-  // 335 us against 277 for bf16).
-  if (c.rounds && c.block_size % 64 == 0) {
+  // tiles inside it; its fp8 ones run wide, widened by its producer warpgroup. By default it takes
+  // what it runs faster than the warp-specialised form: bf16 at heads in multiples of 32, whose
+  // tiles hold 32 or 64 pairs, never narrow (H 128 5.6-6.6 % faster, cb1e582). Its fp8 form took
+  // 1.09-1.32x the warp-specialised fp8 form's time on the cache_formats shapes (H200,
+  // 2026-12-05); its narrow bf16 tiles are the other form's, not measured inside it.
+  const bool taken =
+      c.rounds == Rounds::all ||
+      (c.rounds == Rounds::bf16_wide && c.cache_dtype == DType::bf16 && c.num_heads % 32 == 0);
+  if (taken && c.block_size % 64 == 0) {
     choice.kernel = c.cache_dtype == DType::fp8_e4m3 ? DecodeKernel::sm90_fp8_rounds
                                                      : DecodeKernel::sm90_bf16_rounds;
     if (c.cache_dtype == DType::bf16 && sm90::kNarrowPairs >= 16 && c.tile_pairs <= 16) {

@@ -19,19 +19,26 @@ enum class DecodeKernel {
 };
 const char* to_string(DecodeKernel k);
 
+// Which launches the round decode takes, of those it can run (pages of a multiple of 64 tokens).
+enum class Rounds {
+  none,       // none: the warp-specialised form everywhere (DCPMLA_DECODE_ROUNDS=0)
+  bf16_wide,  // bf16 caches at head counts in multiples of 32 (the default)
+  all,        // every one, fp8 caches and narrow bf16 tiles too (DCPMLA_DECODE_ROUNDS=1)
+};
+
 struct DecodeConfig {
   DType q_dtype = DType::bf16;
   DType cache_dtype = DType::bf16;
   int num_heads = 1;
   int block_size = 1;
   int tile_pairs = 64;  // (row, head) pairs of one thread block's tile, 1 .. 64
-  // Whether the round decode takes the launches it can run (the backend's rounds_by_default()).
-  bool rounds = false;
+  // Which launches the round decode takes (the backend's rounds_by_default()).
+  Rounds rounds = Rounds::none;
 };
-// The default of DecodeConfig::rounds: sm90::kRounds, or DCPMLA_DECODE_ROUNDS (0 or 1) where it is
-// set. The CUDA backend reads it once, when it is made (not on every decode: getenv scans the
-// environment).
-bool rounds_by_default();
+// The CUDA backend's Rounds: bf16_wide, or all / none where DCPMLA_DECODE_ROUNDS is 1 / 0 (any
+// other value is an error). The backend reads it once, when it is made (not on every decode:
+// getenv scans the environment).
+Rounds rounds_by_default();
 
 struct DecodeKernelChoice {
   DecodeKernel kernel = DecodeKernel::none;

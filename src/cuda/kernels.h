@@ -20,9 +20,9 @@ void write_kv(const KvWriteArgs& args, cudaStream_t s);
 
 // decode/launch.cc: runs the decode of validated args from `schedule` (args.schedule, or the
 // backend's copy of args.plan): the work items, then the split merge and the padding fill.
-// rounds: whether the round decode takes the launches it can run (the backend's
-// rounds_by_default(), read once when it was made).
-void decode(const DecodeArgs& args, const Schedule& schedule, bool rounds, cudaStream_t s);
+// rounds: which launches the round decode takes (the backend's rounds_by_default(), read once
+// when it was made).
+void decode(const DecodeArgs& args, const Schedule& schedule, Rounds rounds, cudaStream_t s);
 
 // plan/device_planner.cu: plans `batch` into the schedule's memory on s (Schedule checked it).
 void plan_on_device(Schedule& schedule, const DeviceBatchRef& batch, std::int64_t num_tokens,

@@ -4,6 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string>
+
+#include "dcpmla/error.h"
+
 namespace dcpmla::cuda {
 namespace {
 
@@ -41,7 +46,7 @@ TEST(KernelSelection, TilesOfAtMost16PairsRunTheNarrowForm) {
 }
 
 DecodeKernel with_rounds(DType cache, int heads, int block_size) {
-  return select_decode_kernel({DType::bf16, cache, heads, block_size, 64, /*rounds=*/true}).kernel;
+  return select_decode_kernel({DType::bf16, cache, heads, block_size, 64, Rounds::all}).kernel;
 }
 
 TEST(KernelSelection, RoundsTakePagesOf64RowBoxes) {
@@ -57,7 +62,7 @@ TEST(KernelSelection, RoundsTakePagesOf64RowBoxes) {
   EXPECT_EQ(with_rounds(DType::fp8_e4m3, 16, 64), DecodeKernel::sm90_fp8_rounds);
   EXPECT_EQ(with_rounds(DType::fp8_e4m3, 70, 64), DecodeKernel::sm90_fp8_rounds);
   auto narrow = [](DType cache) {
-    return select_decode_kernel({DType::bf16, cache, 16, 64, 16, /*rounds=*/true}).narrow_pairs;
+    return select_decode_kernel({DType::bf16, cache, 16, 64, 16, Rounds::all}).narrow_pairs;
   };
   EXPECT_EQ(narrow(DType::bf16), 16);
   EXPECT_EQ(narrow(DType::fp8_e4m3), 0);
@@ -65,11 +70,52 @@ TEST(KernelSelection, RoundsTakePagesOf64RowBoxes) {
   EXPECT_EQ(with_rounds(DType::bf16, 128, 32), DecodeKernel::sm90_bf16_bulk);
   EXPECT_EQ(with_rounds(DType::fp8_e4m3, 128, 16), DecodeKernel::sm90_fp8);
   EXPECT_EQ(with_rounds(DType::fp8_e4m3, 128, 96), DecodeKernel::sm90_fp8);
-  // Off unless asked for.
+  // Off where none is asked for.
   EXPECT_EQ(select_decode_kernel({DType::bf16, DType::bf16, 128, 64, 64}).kernel,
             DecodeKernel::sm90_bf16_bulk);
   EXPECT_EQ(select_decode_kernel({DType::bf16, DType::fp8_e4m3, 128, 64, 64}).kernel,
             DecodeKernel::sm90_fp8);
+}
+
+TEST(KernelSelection, RoundsByDefaultTakeBf16AtHeadsInMultiplesOf32) {
+  auto by_default = [](DType cache, int heads, int block_size) {
+    return select_decode_kernel({DType::bf16, cache, heads, block_size, 64, Rounds::bf16_wide});
+  };
+  for (int heads : {32, 64, 96, 128}) {
+    EXPECT_EQ(by_default(DType::bf16, heads, 64).kernel, DecodeKernel::sm90_bf16_rounds) << heads;
+    EXPECT_EQ(by_default(DType::bf16, heads, 64).narrow_pairs, 0) << heads;
+    EXPECT_EQ(by_default(DType::fp8_e4m3, heads, 64).kernel, DecodeKernel::sm90_fp8) << heads;
+  }
+  EXPECT_EQ(by_default(DType::bf16, 128, 256).kernel, DecodeKernel::sm90_bf16_rounds);
+  // Head counts whose tiles can be narrow, and pages smaller than a box: the other form.
+  EXPECT_EQ(by_default(DType::bf16, 16, 64).kernel, DecodeKernel::sm90_bf16_bulk);
+  EXPECT_EQ(by_default(DType::bf16, 16, 64).narrow_pairs, 0);
+  EXPECT_EQ(by_default(DType::bf16, 80, 64).kernel, DecodeKernel::sm90_bf16_bulk);
+  EXPECT_EQ(by_default(DType::bf16, 128, 32).kernel, DecodeKernel::sm90_bf16_bulk);
+}
+
+TEST(KernelSelection, RoundsByDefaultFollowTheEnvironment) {
+  const char* saved = std::getenv("DCPMLA_DECODE_ROUNDS");
+  const std::string before = saved ? saved : "";
+  ::unsetenv("DCPMLA_DECODE_ROUNDS");
+  EXPECT_EQ(rounds_by_default(), Rounds::bf16_wide);
+  ::setenv("DCPMLA_DECODE_ROUNDS", "1", 1);
+  EXPECT_EQ(rounds_by_default(), Rounds::all);
+  ::setenv("DCPMLA_DECODE_ROUNDS", "0", 1);
+  EXPECT_EQ(rounds_by_default(), Rounds::none);
+  ::setenv("DCPMLA_DECODE_ROUNDS", "yes", 1);
+  try {
+    (void)rounds_by_default();
+    ADD_FAILURE() << "DCPMLA_DECODE_ROUNDS=yes was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("DCPMLA_DECODE_ROUNDS"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("\"yes\""), std::string::npos) << e.what();
+  }
+  if (saved) {
+    ::setenv("DCPMLA_DECODE_ROUNDS", before.c_str(), 1);
+  } else {
+    ::unsetenv("DCPMLA_DECODE_ROUNDS");
+  }
 }
 
 TEST(KernelSelection, UnsupportedConfigurationsSayWhy) {

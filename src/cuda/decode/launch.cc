@@ -29,7 +29,7 @@ bool is_capturing(cudaStream_t s) {
 
 }  // namespace
 
-void decode(const DecodeArgs& a, const Schedule& schedule, bool rounds, cudaStream_t s) {
+void decode(const DecodeArgs& a, const Schedule& schedule, Rounds rounds, cudaStream_t s) {
   const PlanConfig& config = schedule.config();
   const Schedule::HostView& host = schedule.host_view();
   const ScheduleCapacity& cap = schedule.capacity();

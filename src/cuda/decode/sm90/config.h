@@ -18,10 +18,4 @@ inline constexpr bool kPvInTurn = true;
 // P = exp2(s - m) <= 2^kRescaleSlack and most tiles of a long row leave O unscaled.
 inline constexpr float kRescaleSlack = 8.0f;
 
-// Launches the round decode can run (pages of a multiple of 64 tokens, round_kernel.cuh; fp8
-// widened by its producer warpgroup) take it rather than the warp-specialised form (kernel.cuh).
-// Off until the GPU suite (scripts/device_gpu.sh with DCPMLA_DECODE_ROUNDS=1) has passed on it;
-// its emulated tests pass and its GPU bit-identity test runs it whatever this says.
-inline constexpr bool kRounds = false;
-
 }  // namespace dcpmla::cuda::sm90

@@ -1,12 +1,10 @@
 // The fp8 cache of the round decode (round_kernel.cuh): warps 1-3 of the producer warpgroup widen
 // each chunk's e4m3 bytes, which a uint8 box staged in the chunk's upper half (round_loads.cuh),
 // to bf16 in place, in the 128-byte-swizzled layout the MMAs read, and then complete the chunk's
-// full barrier as a bf16 box would. The consumers run as they do for bf16: the widening, the
-// copies and their hand-offs stay off their chains, where the warp-specialised form has them on
-// its output warpgroups' path. A unit without NaN bytes is widened by integer moves and bf16x2
-// multiplies (widen_fp8x4_finite): sm_90 has no e4m3x2 -> bf16x2 conversion, and the four
-// conversions a pair would take instead run on a pipe of 16 lanes an SM, which held a
-// memory-bound fp8 decode to a third of the copy ceiling.
+// full barrier as a bf16 box would. The consumers run as they do for bf16: the widening (sm_90
+// has no e4m3x2 -> bf16x2 conversion; a pair takes four instructions), the copies and their
+// hand-offs stay off their chains, where the warp-specialised form has them on its output
+// warpgroups' path.
 #pragma once
 
 #include <cstdint>
@@ -49,18 +47,10 @@ __device__ __forceinline__ void widen_chunk(std::uint32_t chunk, bool nan, int w
     const uint4 r = raw[k];
     // The unit's pair: 2 (u % 4) is even, so the second unit's swizzled place is bit 4 flipped.
     const std::uint32_t at = dst + kDstStep * k;
-    if (!fp8_unit_has_nan(r)) {
-      const uint2 x = widen_fp8x4_finite(r.x), y = widen_fp8x4_finite(r.y);
-      const uint2 z = widen_fp8x4_finite(r.z), w4 = widen_fp8x4_finite(r.w);
-      st_shared16(at, make_uint4(x.x, x.y, y.x, y.y));
-      st_shared16(at ^ 16u, make_uint4(z.x, z.y, w4.x, w4.y));
-    } else {
-      // The conversions give NaN the payload the warp-specialised form's have.
-      st_shared16(at, make_uint4(widen_fp8x2(r.x), widen_fp8x2(r.x >> 16), widen_fp8x2(r.y),
-                                 widen_fp8x2(r.y >> 16)));
-      st_shared16(at ^ 16u, make_uint4(widen_fp8x2(r.z), widen_fp8x2(r.z >> 16), widen_fp8x2(r.w),
-                                       widen_fp8x2(r.w >> 16)));
-    }
+    st_shared16(at, make_uint4(widen_fp8x2(r.x), widen_fp8x2(r.x >> 16), widen_fp8x2(r.y),
+                               widen_fp8x2(r.y >> 16)));
+    st_shared16(at ^ 16u, make_uint4(widen_fp8x2(r.z), widen_fp8x2(r.z >> 16), widen_fp8x2(r.w),
+                                     widen_fp8x2(r.w >> 16)));
   }
   hopper::fence_proxy_async_shared();
   named_barrier_sync(kWidenedStored, kWideners);
