@@ -38,10 +38,8 @@ constexpr int kBlIssued = 4;   // C0 -> C1: P_B V_L is issued (P_B V_R queues be
 constexpr int kZeroed = 5;     // + warpgroup, its 128 threads: a partial tile's tail is zero
 constexpr int kQLoaded = 7;    // both consumers: Q is in shared memory
 constexpr int kFinalRows = 8;  // both consumers: the last tile's m and l are in shared memory
-// Named barriers of the fp8 wideners (warps 1-3 of the producer, 96 threads).
+// The fp8 wideners: warps 1-3 of the producer warpgroup.
 constexpr int kWideners = 96;
-constexpr int kStagedRead = 9;      // every staged byte of the chunk is in the wideners' registers
-constexpr int kWidenedStored = 10;  // every widened unit of the chunk is stored and fenced
 
 // The chunk groups of a stage that the consumers free for the producer's refill, each by the
 // last warpgroup that reads it: the rope chunk by the tile's owner once S is done, chunks 0-3 by

@@ -1,10 +1,16 @@
 // The fp8 cache of the round decode (round_kernel.cuh): warps 1-3 of the producer warpgroup widen
 // each chunk's e4m3 bytes, which a uint8 box staged in the chunk's upper half (round_loads.cuh),
 // to bf16 in place, in the 128-byte-swizzled layout the MMAs read, and then complete the chunk's
-// full barrier as a bf16 box would. The consumers run as they do for bf16: the widening (sm_90
-// has no e4m3x2 -> bf16x2 conversion; a pair takes four instructions), the copies and their
-// hand-offs stay off their chains, where the warp-specialised form has them on its output
-// warpgroups' path.
+// full barrier as a bf16 box would. The consumers run as they do for bf16: the widening, the
+// copies and their hand-offs stay off their chains, where the warp-specialised form has them on
+// its output warpgroups' path.
+//
+// One warp widens a whole chunk, the three warps taking the chunks in turn, so three chunks are
+// in flight at once and a chunk needs only its warp's __syncwarp: with all 96 threads on each
+// chunk between two named barriers, one chunk at a time, the widening was bound by that chain's
+// latency (the SM's issue slots 25 % busy), not by its instructions. Units without a NaN byte
+// are widened by integer moves and bf16x2 multiplies (widen_fp8x4_finite), off the conversion
+// pipe of 16 lanes an SM that four conversions a pair would take.
 #pragma once
 
 #include <cstdint>
@@ -16,61 +22,85 @@
 
 namespace dcpmla::cuda::sm90::rounds {
 
-constexpr int kStagedUnits = int(kStagedFp8 / 16);  // 16-byte units of a chunk's e4m3 bytes
-constexpr int kUnitsPerWidener = (kStagedUnits + kWideners - 1) / kWideners;
-static_assert(kWideners % 32 == 0 && kStagedUnits == 256, "a unit's swizzle is its widener's");
+constexpr int kWidenerWarps = kWideners / 32;
+static_assert(kStagedFp8 == 4096u && kChunkBytes == 8192u, "staged bytes fill the upper half");
 
-// Chunk `chunk` (a shared address) by the 96 wideners (wt: 0 .. 95). Staged unit u holds token
-// u / 4, dims 16 (u % 4) + [0, 16), and widens into units 2 (u % 4) and 2 (u % 4) + 1 of the
-// token's row. A widener's units u = wt + 96 k lie 24 k tokens apart, so their swizzle (token % 8)
-// and unit are wt's: each address is the widener's first plus a constant. The widened rows 32-63
-// cover the staged bytes, so every unit is read before any is written. nan: the tile's page lies
-// outside the cache (its box read zeros); the units become e4m3 NaNs, as the threads' copies of
-// the warp-specialised form write them, so both forms give the same bits.
-__device__ __forceinline__ void widen_chunk(std::uint32_t chunk, bool nan, int wt) {
-  const std::uint32_t w = std::uint32_t(wt);
-  const std::uint32_t src = chunk + kStagedFp8 + 16u * w;
-  const std::uint32_t dst = chunk + hopper::swizzled_offset(w >> 2, 2u * (w & 3u));
-  constexpr std::uint32_t kSrcStep = 16u * kWideners, kDstStep = 128u * (kWideners / 4);
-  uint4 raw[kUnitsPerWidener];
+// Four staged units of a lane into their widened places: staged unit u holds token u / 4, dims
+// 16 (u % 4) + [0, 16), and widens into units 2 (u % 4) and 2 (u % 4) + 1 of the token's row, the
+// second at the first's swizzled place with bit 4 flipped (2 (u % 4) is even). Unit k of the four
+// lies 8 k tokens after the first, so it shares the lane's swizzle (token % 8) and its place is
+// the first's plus 1024 k bytes. By the integer form unless a lane of the warp holds a NaN byte
+// (then by the conversions, whose NaN payload the warp-specialised form's have).
+__device__ __forceinline__ void widen_units(const uint4 (&raw)[4], std::uint32_t dst) {
+  bool nan = false;
 #pragma unroll
-  for (int k = 0; k < kUnitsPerWidener; ++k) {
-    if (wt + k * kWideners < kStagedUnits) {
-      raw[k] = nan ? make_uint4(kFp8NanWord, kFp8NanWord, kFp8NanWord, kFp8NanWord)
-                   : ld_shared16(src + kSrcStep * k);
+  for (int k = 0; k < 4; ++k) nan = nan || fp8_unit_has_nan(raw[k]);
+  if (!__any_sync(0xffffffffu, nan)) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint2 x = widen_fp8x4_finite(raw[k].x), y = widen_fp8x4_finite(raw[k].y);
+      const uint2 z = widen_fp8x4_finite(raw[k].z), w = widen_fp8x4_finite(raw[k].w);
+      const std::uint32_t at = dst + 1024u * std::uint32_t(k);
+      st_shared16(at, make_uint4(x.x, x.y, y.x, y.y));
+      st_shared16(at ^ 16u, make_uint4(z.x, z.y, w.x, w.y));
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint4 r = raw[k];
+      const std::uint32_t at = dst + 1024u * std::uint32_t(k);
+      st_shared16(at, make_uint4(widen_fp8x2(r.x), widen_fp8x2(r.x >> 16), widen_fp8x2(r.y),
+                                 widen_fp8x2(r.y >> 16)));
+      st_shared16(at ^ 16u, make_uint4(widen_fp8x2(r.z), widen_fp8x2(r.z >> 16), widen_fp8x2(r.w),
+                                       widen_fp8x2(r.w >> 16)));
     }
   }
-  named_barrier_sync(kStagedRead, kWideners);
-#pragma unroll
-  for (int k = 0; k < kUnitsPerWidener; ++k) {
-    if (wt + k * kWideners >= kStagedUnits) continue;
-    const uint4 r = raw[k];
-    // The unit's pair: 2 (u % 4) is even, so the second unit's swizzled place is bit 4 flipped.
-    const std::uint32_t at = dst + kDstStep * k;
-    st_shared16(at, make_uint4(widen_fp8x2(r.x), widen_fp8x2(r.x >> 16), widen_fp8x2(r.y),
-                               widen_fp8x2(r.y >> 16)));
-    st_shared16(at ^ 16u, make_uint4(widen_fp8x2(r.z), widen_fp8x2(r.z >> 16), widen_fp8x2(r.w),
-                                     widen_fp8x2(r.w >> 16)));
-  }
-  hopper::fence_proxy_async_shared();
-  named_barrier_sync(kWidenedStored, kWideners);
 }
 
-// The wideners over an item's n tiles, chunk by chunk in the order the producer issues them: each
-// chunk once its bytes have landed, then one arrival on its full barrier.
+// Chunk `chunk` (a shared address) by one warp, in two halves of 32 tokens: the first writes rows
+// 0-31, below every staged byte; the second reads all its staged units before any lane writes
+// rows 32-63, which cover them. nan: the tile's page lies outside the cache (its box read zeros);
+// the units become e4m3 NaNs, as the threads' copies of the warp-specialised form write them, so
+// both forms give the same bits.
+__device__ __forceinline__ void widen_chunk(std::uint32_t chunk, bool nan, int lane) {
+  const std::uint32_t l = std::uint32_t(lane);
+  const std::uint32_t src = chunk + kStagedFp8 + 16u * l;
+  const std::uint32_t dst = chunk + hopper::swizzled_offset(l >> 2, 2u * (l & 3u));
+#pragma unroll 1
+  for (std::uint32_t half = 0; half < 2; ++half) {
+    uint4 raw[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      raw[k] = nan ? make_uint4(kFp8NanWord, kFp8NanWord, kFp8NanWord, kFp8NanWord)
+                   : ld_shared16(src + 2048u * half + 512u * std::uint32_t(k));
+    }
+    __syncwarp();
+    widen_units(raw, dst + 4096u * half);
+  }
+  hopper::fence_proxy_async_shared();
+  __syncwarp();
+}
+
+// The wideners (wt: 0 .. 95) over an item's n tiles, chunk by chunk in the order the producer
+// issues them, warp w taking chunks w, w + 3, ...: each once its bytes have landed, then one
+// arrival on its full barrier.
 __device__ __forceinline__ void widen_tiles(const DecodeParams& p, const RoundSmem& sm,
                                             const DecodeTile& tile, int n, int wt) {
   const int outside = int(std::int64_t(p.num_blocks) * p.block_size);  // tile_box_row's mark
+  const int warp = wt >> 5, lane = wt & 31;
+  int turn = 0;  // the warp whose turn the next chunk is
   for_each_group(p, tile, n, [&](int index, ChunkGroup g, int row) {
     const int stage = index & 1;
     const std::uint32_t parity = std::uint32_t(index >> 1) & 1u;
-    // Not unrolled: unrolled, the wideners spilled.
     const ChunkRange r = chunks_of(g);
 #pragma unroll 1
     for (int c = r.first; c < r.last; ++c) {
+      const bool mine = turn == warp;
+      turn = turn == kWidenerWarps - 1 ? 0 : turn + 1;
+      if (!mine) continue;
       hopper::mbarrier_wait(sm.staged_bar(stage, c), parity);
-      widen_chunk(sm.stage(index) + std::uint32_t(c) * kChunkBytes, row == outside, wt);
-      if (wt == 0) hopper::mbarrier_arrive(sm.full_bar(stage, c));
+      widen_chunk(sm.stage(index) + std::uint32_t(c) * kChunkBytes, row == outside, lane);
+      if (lane == 0) hopper::mbarrier_arrive(sm.full_bar(stage, c));
     }
   });
 }
