@@ -94,7 +94,7 @@ static __global__ void __launch_bounds__(kThreads, 1)
     if (wt == 0) {
       produce_tiles<C>(p, sm, tile, n);
     } else if (C == Cache::fp8 && wt >= 32) {
-      widen_tiles(p, sm, tile, n, wt - 32);
+      widen_tiles(sm, n, wt - 32);
     }
     return;
   }

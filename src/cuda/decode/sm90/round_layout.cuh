@@ -57,7 +57,8 @@ constexpr std::uint32_t kOffL = kOffM + kPairs * 4u;       // float [64][4]: l s
 constexpr std::uint32_t kOffFull = kOffL + kPairs * 16u;   // uint64 [2 stages][9 chunks]
 constexpr std::uint32_t kOffEmpty = kOffFull + 2u * kChunks * 8u;    // uint64 [2 stages][3 groups]
 constexpr std::uint32_t kOffStaged = kOffEmpty + 2u * kGroups * 8u;  // uint64 [2 stages][9 chunks]
-constexpr std::uint32_t kUsedBytes = kOffStaged + 2u * kChunks * 8u;
+constexpr std::uint32_t kOffOutside = kOffStaged + 2u * kChunks * 8u;  // int [2 stages][3 groups]
+constexpr std::uint32_t kUsedBytes = kOffOutside + 2u * kGroups * 4u;
 constexpr std::uint32_t kSmemBytes = kUsedBytes + 1024;  // aligned up to 1024 inside
 static_assert(kSmemBytes <= 227u * 1024u, "sm_90 allows 227 KiB of shared memory per block");
 static_assert(kChunks == 9, "8 latent chunks and the rope chunk");
@@ -67,8 +68,9 @@ static_assert(kChunks == 9, "8 latent chunks and the rope chunk");
 struct RoundSmem {
   std::uint32_t q, kv, p0, p1, full, empty, staged;
   const unsigned char* q_bytes;
-  float* m;  // [64]
-  float* l;  // [64][4]
+  float* m;      // [64]
+  float* l;      // [64][4]
+  int* outside;  // [2 stages][3 groups]
 
   __device__ __forceinline__ explicit RoundSmem(unsigned char* smem)
       : q(smem_addr(smem) + kOffQ),
@@ -80,7 +82,8 @@ struct RoundSmem {
         staged(smem_addr(smem) + kOffStaged),
         q_bytes(smem + kOffQ),
         m(reinterpret_cast<float*>(smem + kOffM)),
-        l(reinterpret_cast<float*>(smem + kOffL)) {}
+        l(reinterpret_cast<float*>(smem + kOffL)),
+        outside(reinterpret_cast<int*>(smem + kOffOutside)) {}
   // Chunk c of stage s has landed (count 1 and the chunk's bytes; phase k: tile 2 k + s).
   __device__ __forceinline__ std::uint32_t full_bar(int stage, int c) const {
     return full + std::uint32_t(kChunks * stage + c) * 8u;
@@ -93,6 +96,12 @@ struct RoundSmem {
   // Group g of stage s is free (count 1: phase k once tile 2 k + s is done with it).
   __device__ __forceinline__ std::uint32_t empty_bar(int stage, ChunkGroup g) const {
     return empty + std::uint32_t(kGroups * stage + g) * 8u;
+  }
+  // fp8: whether group g of stage s holds a page outside the cache (its boxes read zeros), set by
+  // the producer before the group's boxes, so that a widener that has waited for a chunk's
+  // staged barrier reads it without the block ids (rewritten only once the group is freed).
+  __device__ __forceinline__ int& outside_group(int stage, ChunkGroup g) const {
+    return outside[kGroups * stage + g];
   }
   __device__ __forceinline__ std::uint32_t stage(int tile_index) const {
     return kv + std::uint32_t(tile_index & 1) * kTileBytes;

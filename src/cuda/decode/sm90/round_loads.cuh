@@ -42,32 +42,32 @@ __device__ __forceinline__ void for_each_chunk_of(ChunkGroup g, Fn fn) {
   }
 }
 
-// fn(index, group, row) for every chunk group of an item's n tiles (row: the tile's box row) in
-// the order the producer loads them: tiles 0 and 1 whole, then each later tile's groups as the
+// fn(index, group, key) for every chunk group of an item's n tiles, key = key_of(index), in the
+// order the producer loads them: tiles 0 and 1 whole, then each later tile's groups as the
 // consumers free them in tile index - 2 (the rope chunks at the round's top, then chunks 0-3 and
-// 4-7 of tile A, then of B). The producer's issuing thread and the fp8 wideners walk it alike.
-template <class Fn>
-__device__ __forceinline__ void for_each_group(const DecodeParams& p, const DecodeTile& tile, int n,
-                                               Fn fn) {
-  auto row_of = [&](int index) { return tile_box_row(p, tile, tile.kv_begin + index * kKeys); };
+// 4-7 of tile A, then of B). The producer's issuing thread (key: the tile's box row) and the fp8
+// wideners (no key) walk it alike.
+template <class KeyOf, class Fn>
+__device__ __forceinline__ void walk_groups(int n, KeyOf key_of, Fn fn) {
   for (int index = 0; index < 2 && index < n; ++index) {
-    const int row = row_of(index);
-    fn(index, kLowGroup, row);
-    fn(index, kRopeGroup, row);
-    fn(index, kHighGroup, row);
+    const auto key = key_of(index);
+    fn(index, kLowGroup, key);
+    fn(index, kRopeGroup, key);
+    fn(index, kHighGroup, key);
   }
 #pragma unroll 1
   for (int a = 2; a < n; a += 2) {
     const int b = a + 1;
     const bool has_b = b < n;
-    const int row_a = row_of(a), row_b = has_b ? row_of(b) : 0;
-    fn(a, kRopeGroup, row_a);
-    if (has_b) fn(b, kRopeGroup, row_b);
-    fn(a, kLowGroup, row_a);
-    fn(a, kHighGroup, row_a);
+    const auto key_a = key_of(a);
+    const decltype(key_a) key_b = has_b ? key_of(b) : decltype(key_a){};
+    fn(a, kRopeGroup, key_a);
+    if (has_b) fn(b, kRopeGroup, key_b);
+    fn(a, kLowGroup, key_a);
+    fn(a, kHighGroup, key_a);
     if (has_b) {
-      fn(b, kLowGroup, row_b);
-      fn(b, kHighGroup, row_b);
+      fn(b, kLowGroup, key_b);
+      fn(b, kHighGroup, key_b);
     }
   }
 }
@@ -82,11 +82,14 @@ __device__ __forceinline__ void produce_tiles(const DecodeParams& p, const Round
                                               const DecodeTile& tile, int n) {
   constexpr std::uint32_t kBoxBytes = C == Cache::bf16 ? kChunkBytes : kChunkBytes / 2;
   constexpr std::uint32_t kBoxAt = C == Cache::bf16 ? 0u : kStagedFp8;
-  for_each_group(p, tile, n, [&](int index, ChunkGroup g, int row) {
+  const int outside = int(std::int64_t(p.num_blocks) * p.block_size);  // tile_box_row's mark
+  auto row_of = [&](int index) { return tile_box_row(p, tile, tile.kv_begin + index * kKeys); };
+  walk_groups(n, row_of, [&](int index, ChunkGroup g, int row) {
     const int stage = index & 1;
     if (index >= 2) {
       hopper::mbarrier_wait(sm.empty_bar(stage, g), (std::uint32_t(index - 2) >> 1) & 1u);
     }
+    if constexpr (C == Cache::fp8) sm.outside_group(stage, g) = row == outside;
     for_each_chunk_of(g, [&](int c) {
       const std::uint32_t bar = C == Cache::bf16 ? sm.full_bar(stage, c) : sm.staged_bar(stage, c);
       hopper::mbarrier_arrive_expect_tx(bar, kBoxBytes);

@@ -82,27 +82,29 @@ __device__ __forceinline__ void widen_chunk(std::uint32_t chunk, bool nan, int l
 }
 
 // The wideners (wt: 0 .. 95) over an item's n tiles, chunk by chunk in the order the producer
-// issues them, warp w taking chunks w, w + 3, ...: each once its bytes have landed, then one
-// arrival on its full barrier.
-__device__ __forceinline__ void widen_tiles(const DecodeParams& p, const RoundSmem& sm,
-                                            const DecodeTile& tile, int n, int wt) {
-  const int outside = int(std::int64_t(p.num_blocks) * p.block_size);  // tile_box_row's mark
+// issues them, warp w taking chunks w, w + 3, ...: each once its bytes have landed (its group's
+// outside-the-cache mark, which the producer set before the boxes, is then in place), then one
+// arrival on its full barrier. They read no block ids.
+__device__ __forceinline__ void widen_tiles(const RoundSmem& sm, int n, int wt) {
   const int warp = wt >> 5, lane = wt & 31;
   int turn = 0;  // the warp whose turn the next chunk is
-  for_each_group(p, tile, n, [&](int index, ChunkGroup g, int row) {
-    const int stage = index & 1;
-    const std::uint32_t parity = std::uint32_t(index >> 1) & 1u;
-    const ChunkRange r = chunks_of(g);
+  walk_groups(
+      n, [](int) { return 0; },
+      [&](int index, ChunkGroup g, int) {
+        const int stage = index & 1;
+        const std::uint32_t parity = std::uint32_t(index >> 1) & 1u;
+        const ChunkRange r = chunks_of(g);
 #pragma unroll 1
-    for (int c = r.first; c < r.last; ++c) {
-      const bool mine = turn == warp;
-      turn = turn == kWidenerWarps - 1 ? 0 : turn + 1;
-      if (!mine) continue;
-      hopper::mbarrier_wait(sm.staged_bar(stage, c), parity);
-      widen_chunk(sm.stage(index) + std::uint32_t(c) * kChunkBytes, row == outside, lane);
-      if (lane == 0) hopper::mbarrier_arrive(sm.full_bar(stage, c));
-    }
-  });
+        for (int c = r.first; c < r.last; ++c) {
+          const bool mine = turn == warp;
+          turn = turn == kWidenerWarps - 1 ? 0 : turn + 1;
+          if (!mine) continue;
+          hopper::mbarrier_wait(sm.staged_bar(stage, c), parity);
+          const bool nan = sm.outside_group(stage, g) != 0;
+          widen_chunk(sm.stage(index) + std::uint32_t(c) * kChunkBytes, nan, lane);
+          if (lane == 0) hopper::mbarrier_arrive(sm.full_bar(stage, c));
+        }
+      });
 }
 
 }  // namespace dcpmla::cuda::sm90::rounds
