@@ -150,9 +150,9 @@ if command -v compute-sanitizer > /dev/null; then
     build-gpu/tests/cuda/cuda_backend_test \
     --gtest_filter='CudaBackend.DecodeRepeatsAndGrowsItsPlanBuffers' > "$OUT/racecheck.log" 2>&1
   rc=$?
-  sides=$(grep -A1 "Race reported between" "$OUT/racecheck.log" | grep -c " access at ")
-  handoff_sides=$(grep -A1 "Race reported between" "$OUT/racecheck.log" |
-    grep " access at " | grep -c -E "rounds::(read_rows|publish_rows)\(")
+  hazard_sides=$(grep -A1 "Race reported between" "$OUT/racecheck.log" | grep " access at ")
+  sides=$(grep -c . <<< "$hazard_sides")
+  handoff_sides=$(grep -c -E "rounds::(read_rows|publish_rows)\(" <<< "$hazard_sides")
   tail -3 "$OUT/racecheck.log"
   log "racecheck: $((sides / 2)) hazards, $((handoff_sides / 2)) of them the round decode's m / l hand-off"
   if [ "$rc" -ne 0 ] || ! grep -q "RACECHECK SUMMARY" "$OUT/racecheck.log" ||
