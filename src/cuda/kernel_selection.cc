@@ -72,10 +72,9 @@ DecodeKernelChoice select_decode_kernel(const DecodeConfig& c) {
   // every head count. Its bf16 tiles of at most 16 pairs run the warp-specialised form's narrow
   // tiles inside it; its fp8 ones run wide, widened by its producer warpgroup. By default it takes
   // what it runs faster than the warp-specialised form: bf16 at heads in multiples of 32, whose
-  // tiles hold 32 or 64 pairs, never narrow (H 128 5.6-6.6 % faster, cb1e582). Its fp8 form took
-  // 1.09-1.32x the warp-specialised fp8 form's time on the cache_formats shapes with its first
-  // widening (H200, 2026-12-05; the present one is not yet measured); its narrow bf16 tiles are
-  // the other form's, not measured inside it.
+  // tiles hold 32 or 64 pairs, never narrow (H 128 5.6-6.6 % faster, cb1e582). Its fp8 form
+  // takes 1.17-1.40x the warp-specialised fp8 form's time on the cache_formats shapes (H200,
+  // 544187a, 2026-12-05); its narrow bf16 tiles are the other form's, not measured inside it.
   const bool taken =
       c.rounds == Rounds::all ||
       (c.rounds == Rounds::bf16_wide && c.cache_dtype == DType::bf16 && c.num_heads % 32 == 0);
