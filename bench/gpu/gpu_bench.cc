@@ -636,12 +636,15 @@ int main(int argc, char** argv) {
   using namespace dcpmla;
   using namespace dcpmla::bench;
   CLI::App app{"dcpmla GPU decode benchmark"};
-  std::string out_path = "gpu_bench.json", filter, commit = "unknown", date = utc_now();
+  std::string out_path = "gpu_bench.json", commit = "unknown", date = utc_now();
+  std::vector<std::string> filters;
   int reps = 100;
   int index = -1, kv_chunk_blocks = 0;
   app.add_option("--out", out_path, "JSON output file");
-  app.add_option("--filter", filter, "only shapes whose group contains this");
-  app.add_option("--index", index, "only the index-th shape (from 0) that passes the filter");
+  app.add_option("--filter", filters,
+                 "only shapes whose group contains one of these (comma-separated or repeated)")
+      ->delimiter(',');
+  app.add_option("--index", index, "only the index-th shape (from 0) that passes the filters");
   app.add_option("--reps", reps, "timed calls per shape (>= 100 for reported numbers)");
   std::vector<int> planning_requests{1, 256, 512, 1024};
   app.add_option("--planning-requests", planning_requests,
@@ -673,6 +676,11 @@ int main(int argc, char** argv) {
   app.add_option("--commit", commit, "commit recorded with the results");
   app.add_option("--date", date, "date recorded with the results (default: now, UTC)");
   CLI11_PARSE(app, argc, argv);
+  auto selected = [&](const std::string& group) {
+    return filters.empty() || std::any_of(filters.begin(), filters.end(), [&](const auto& f) {
+             return group.find(f) != std::string::npos;
+           });
+  };
   try {
     if (!cuda_available()) {
       fmt::print(stderr, "no CUDA device\n");
@@ -729,7 +737,7 @@ int main(int argc, char** argv) {
           {"custom", B, custom[1], H, std::vector<int>(std::size_t(B), Q), Form::native, 1, 0, ""}};
     }
     for (const Shape& sh : list) {
-      if (!filter.empty() && sh.group.find(filter) == std::string::npos) continue;
+      if (!selected(sh.group)) continue;
       if (++passed != index && index >= 0) continue;
       const Measured m = measure_shape(*backend, sh, 1, prop.multiProcessorCount, rng,
                                        kv_chunk_blocks, ordered_blocks, reps, steady_ms, s);
@@ -796,7 +804,7 @@ int main(int argc, char** argv) {
       }
       write();
     }
-    if (filter.empty() || std::string("device_planning").find(filter) != std::string::npos) {
+    if (selected("device_planning")) {
       nlohmann::json planning =
           time_device_planning(*backend, prop.multiProcessorCount, reps, planning_requests, s);
       for (auto& r : planning) results.push_back(r);
