@@ -69,6 +69,11 @@ __device__ __forceinline__ uint2 widen_fp8x4_finite(std::uint32_t four) {
   }
   return make_uint2(out[0], out[1]);
 }
+// Eight e4m3 values (two words) -> one 16-byte unit of bf16 by widen_fp8x2 (a staged 16-byte
+// unit widens into two such units).
+__device__ __forceinline__ uint4 widen_fp8x8(std::uint32_t lo, std::uint32_t hi) {
+  return make_uint4(widen_fp8x2(lo), widen_fp8x2(lo >> 16), widen_fp8x2(hi), widen_fp8x2(hi >> 16));
+}
 // Whether any of the 16 e4m3 bytes is NaN (low seven bits all set).
 __device__ __forceinline__ bool fp8_unit_has_nan(uint4 u) {
   constexpr std::uint32_t kLow = 0x7f7f7f7fu, kOne = 0x01010101u;

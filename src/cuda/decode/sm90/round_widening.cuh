@@ -5,12 +5,10 @@
 // copies and their hand-offs stay off their chains, where the warp-specialised form has them on
 // its output warpgroups' path.
 //
-// One warp widens a whole chunk, the three warps taking the chunks in turn, so three chunks are
-// in flight at once and a chunk needs only its warp's __syncwarp: with all 96 threads on each
-// chunk between two named barriers, one chunk at a time, the widening was bound by that chain's
-// latency (the SM's issue slots 25 % busy), not by its instructions. Units without a NaN byte
-// are widened by integer moves and bf16x2 multiplies (widen_fp8x4_finite), off the conversion
-// pipe of 16 lanes an SM that four conversions a pair would take.
+// One warp widens a whole chunk, the three warps taking the chunks in turn, so a chunk needs only
+// its warp's __syncwarp. The three warps' instruction issue (~1200 instructions a tile each) is
+// what bounds the fp8 round decode (docs/design/decode-kernel.md, section 3). Units without a
+// NaN byte are widened by integer moves and bf16x2 multiplies (widen_fp8x4_finite).
 #pragma once
 
 #include <cstdint>
@@ -47,12 +45,9 @@ __device__ __forceinline__ void widen_units(const uint4 (&raw)[4], std::uint32_t
   } else {
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const uint4 r = raw[k];
       const std::uint32_t at = dst + 1024u * std::uint32_t(k);
-      st_shared16(at, make_uint4(widen_fp8x2(r.x), widen_fp8x2(r.x >> 16), widen_fp8x2(r.y),
-                                 widen_fp8x2(r.y >> 16)));
-      st_shared16(at ^ 16u, make_uint4(widen_fp8x2(r.z), widen_fp8x2(r.z >> 16), widen_fp8x2(r.w),
-                                       widen_fp8x2(r.w >> 16)));
+      st_shared16(at, widen_fp8x8(raw[k].x, raw[k].y));
+      st_shared16(at ^ 16u, widen_fp8x8(raw[k].z, raw[k].w));
     }
   }
 }

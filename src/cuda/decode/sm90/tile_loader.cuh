@@ -146,12 +146,8 @@ struct OutputLoader {
         for (int v = 0; v < 2; ++v) {
           const uint4 r = raw[k - k0][v];
           const std::uint32_t unit = std::uint32_t(4 * half + 2 * v);
-          st_shared16(row + ((unit ^ swz) << 4),
-                      make_uint4(widen_fp8x2(r.x), widen_fp8x2(r.x >> 16), widen_fp8x2(r.y),
-                                 widen_fp8x2(r.y >> 16)));
-          st_shared16(row + (((unit + 1) ^ swz) << 4),
-                      make_uint4(widen_fp8x2(r.z), widen_fp8x2(r.z >> 16), widen_fp8x2(r.w),
-                                 widen_fp8x2(r.w >> 16)));
+          st_shared16(row + ((unit ^ swz) << 4), widen_fp8x8(r.x, r.y));
+          st_shared16(row + (((unit + 1) ^ swz) << 4), widen_fp8x8(r.z, r.w));
         }
       }
     }
