@@ -30,10 +30,12 @@
 #include "dcpmla/numeric.h"
 #include "dcpmla/plan.h"
 #include "dcpmla/sharding.h"
+#include "splitmix_rng.h"
 
 namespace {
 
 using namespace dcpmla;
+using bench::SplitMixRng;
 
 constexpr std::size_t kMiB = std::size_t(1) << 20;
 constexpr std::size_t kGiB = std::size_t(1) << 30;
@@ -46,25 +48,6 @@ constexpr int kBlockSize = 64;
 constexpr double kFlopsPerKeyHead = 2.0 * (kHeadDim + kLatentDim);  // 2176
 constexpr float kSoftmaxScale = 0.1352338f;
 constexpr float kFp8Scale = 0.0625f;
-
-// splitmix64: fast, seedable, good enough for benchmark data.
-class Rng {
- public:
-  explicit Rng(std::uint64_t seed) : state_(seed) {}
-  std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [-1, 1).
-  float uniform() { return float(next() >> 40) * 0x1p-23f - 1.0f; }
-  // Uniform integer in [lo, hi].
-  int range(int lo, int hi) { return lo + int(next() % std::uint64_t(hi - lo + 1)); }
-
- private:
-  std::uint64_t state_;
-};
 
 // Runs fn(part, parts) on `threads` threads (the caller is one of them) and waits for all.
 template <class F>
@@ -82,7 +65,7 @@ void fill_random(void* data, std::size_t n_elems, DType t, float scale, std::uin
                  int threads) {
   on_threads(threads, [&](int part, int parts) {
     const std::size_t begin = n_elems * part / parts, end = n_elems * (part + 1) / parts;
-    Rng rng(seed * 1000003 + part);
+    SplitMixRng rng(seed * 1000003 + part);
     for (std::size_t i = begin; i < end; ++i) {
       if (t == DType::fp8_e4m3) {
         const std::uint64_t r = rng.next();  // sign, exponent field 0..10, any mantissa
@@ -507,7 +490,7 @@ std::unique_ptr<DecodeSetup> make_decode_setup(const DecodeBenchShape& shape) {
   s->backend = make_cpu_backend(shape.threads);
   const Sharding sh{shape.world, shape.rank, 1};
   const int B = shape.requests;
-  Rng rng(0x5eed0000u + std::uint64_t(B) * 131 + std::uint64_t(shape.heads));
+  SplitMixRng rng(0x5eed0000u + std::uint64_t(B) * 131 + std::uint64_t(shape.heads));
 
   // The batch: ragged Q, every request of global length `context`.
   Batch& batch = s->batch;

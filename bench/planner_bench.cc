@@ -19,10 +19,12 @@
 #include "dcpmla/plan.h"
 #include "dcpmla/schedule.h"
 #include "dcpmla/sharding.h"
+#include "splitmix_rng.h"
 
 namespace {
 
 using namespace dcpmla;
+using bench::SplitMixRng;
 
 constexpr int kWorld = 8, kRank = 3, kInterleave = 1;
 constexpr int kBlockSize = 64, kHeads = 128;
@@ -31,23 +33,6 @@ constexpr int kMaxQ = 8;
 // An H200's model: 132 SMs, tiles of 64 (row, head) pairs (the CUDA backend's).
 constexpr DeviceModel kModel{132, 64, 256};
 constexpr double kBudgetUs = 100.0;  // for 1024 requests
-
-class Rng {
- public:
-  explicit Rng(std::uint64_t seed) : state_(seed) {}
-  std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  std::int64_t range(std::int64_t lo, std::int64_t hi) {
-    return lo + std::int64_t(next() % std::uint64_t(hi - lo + 1));
-  }
-
- private:
-  std::uint64_t state_;
-};
 
 struct Input {
   Batch batch;
@@ -62,7 +47,7 @@ Input make_input(int requests) {
   in.config.block_size = kBlockSize;
   in.config.model = kModel;
   Batch& b = in.batch;
-  Rng rng(0xb10c + std::uint64_t(requests));
+  SplitMixRng rng(0xb10c + std::uint64_t(requests));
   b.query_start_loc.assign(1, 0);
   for (int r = 0; r < requests; ++r) {
     const auto Q = rng.range(1, kMaxQ);
