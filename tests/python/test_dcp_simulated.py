@@ -1,6 +1,9 @@
 """dcpmla.cpu.dcp_step_simulated: W ranks as threads (query all-gather, each rank's shard, the
 ag_rs or a2a combine) against the float64 numpy reference of the whole, unsharded attention."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -94,3 +97,43 @@ def test_caches_as_one_array_and_float32_output():
     )
     assert np.abs(out - want_out).max() <= 1e-4  # fp32 output of a bf16 query
     assert np.abs(lse - want_lse).max() <= 2e-4
+
+
+# In a child process whose address space leaves room for only some of 1024 rank threads (8 MiB
+# of stack each): the call raises an error naming `world`, where the ranks that had started once
+# waited for the missing ones forever (with the GIL released, not even Ctrl-C stopped it).
+RANKS_OVER_THREAD_LIMIT = """
+import resource, sys
+import numpy as np
+import dcpmla
+
+world = 1024
+q = np.ones((1, world, 576), np.float32)
+cache = np.zeros((1, 16, 576), np.float32)
+limit = 2 * 1024**3
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+try:
+    dcpmla.cpu.dcp_step_simulated(
+        q, [cache] * world, np.zeros((1, 1), np.int32), np.array([0, 1], np.int32),
+        np.array([1], np.int32), 0.1, world=world)
+except RuntimeError as e:
+    print(e)
+    sys.exit(0 if "world" in str(e) and "failed to start" in str(e) else 3)
+sys.exit(4)  # every thread started: the limit did not bite
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS semantics")
+def test_ranks_that_cannot_all_start_raise_instead_of_hanging():
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", RANKS_OVER_THREAD_LIMIT],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("dcp_step_simulated hung when a rank's thread could not start")
+    if done.returncode == 4:
+        pytest.skip("all 1024 rank threads started under the address-space limit")
+    assert done.returncode == 0, done.stdout + done.stderr
