@@ -43,17 +43,14 @@ def __getattr__(name):
     return module if _TORCH_ATTRIBUTES[name] is None else getattr(module, name)
 
 
+# The star import takes the numpy path only: the torch names would import torch (and need it).
 __all__ = [
-    "BatchMLADecodeWrapper",
     "HEAD_DIM",
     "LATENT_DIM",
     "ROPE_DIM",
     "Plan",
     "__version__",
-    "attention_ops",
     "cpu",
-    "dcp_combine",
-    "dcp_gather_heads",
     "dcp_local_seq_lens",
     "reference_attend",
     "row_bounds",

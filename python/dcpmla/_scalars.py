@@ -39,4 +39,18 @@ def real(value, argument):
         raise argument_error(
             TypeError, argument, "dtype mismatch", "a real number", type(value).__name__
         )
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:
+        raise argument_error(
+            ValueError, argument, "out of range", "a real number within float range", value
+        ) from None
+
+
+def string(value, argument):
+    """value, a str (the library checks which)."""
+    if not isinstance(value, str):
+        raise argument_error(
+            TypeError, argument, "dtype mismatch", "a string", type(value).__name__
+        )
+    return value

@@ -15,7 +15,7 @@ Rows past query_start_loc[B] up to num_tokens are padding: O = 0, LSE = -inf.
 
 from dcpmla import _core
 from dcpmla._outputs import attention_outputs
-from dcpmla._scalars import index, optional_index, real
+from dcpmla._scalars import index, optional_index, real, string
 
 
 def mla_decode(
@@ -106,7 +106,7 @@ def dcp_step_simulated(
         index(dcp_interleave, "dcp_interleave"),
         mask,
         real(k_scale, "k_scale"),
-        combine,
+        string(combine, "combine"),
         out,
         lse,
     )

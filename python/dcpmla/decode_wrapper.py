@@ -57,6 +57,23 @@ def _require_tensor(value, argument):
         )
 
 
+def _masks(mask):
+    """mask as the list plan_host_ takes: [] (causal), one name, or one name a request."""
+    if mask is None:
+        return []
+    if isinstance(mask, str):
+        return [mask]
+    if isinstance(mask, (list, tuple)) and all(isinstance(m, str) for m in mask):
+        return list(mask)
+    raise argument_error(
+        TypeError,
+        "mask",
+        "dtype mismatch",
+        'None, "causal", "full" or a list of them, one a request',
+        type(mask).__name__,
+    )
+
+
 def _positive(value, argument):
     value = index(value, argument)
     if value < 1:
@@ -181,15 +198,26 @@ class BatchMLADecodeWrapper:
         planner: "host" or "device" to choose (the CPU runs the GPU planner's algorithm too);
         None: by where query_start_loc lives.
         """
+        self._softmax_scale = None  # unplanned until the schedule holds this batch
         _require_tensor(query_start_loc, "query_start_loc")
         _require_tensor(seq_lens, "seq_lens")
         scale = real(softmax_scale, "softmax_scale")
-        num_tokens = -1 if num_tokens is None else index(num_tokens, "num_tokens")
-        self._softmax_scale = None  # unplanned until the schedule holds this batch
+        if not 0.0 < scale < float("inf"):
+            raise argument_error(
+                ValueError, "softmax_scale", "invalid argument", "finite and > 0", scale
+            )
+        if num_tokens is not None:
+            num_tokens = index(num_tokens, "num_tokens")
+            if num_tokens < 0:
+                raise argument_error(
+                    ValueError, "num_tokens", "invalid argument", ">= 0 (or None)", num_tokens
+                )
+        num_tokens = -1 if num_tokens is None else num_tokens
+        masks = _masks(mask)
         if planner is None:
             planner = "host" if query_start_loc.device.type == "cpu" else "device"
         if planner == "device":
-            if mask not in (None, "causal"):
+            if any(m != "causal" for m in masks):
                 raise argument_error(
                     ValueError, "mask", "unsupported", "causal masks on the GPU planner", mask
                 )
@@ -216,7 +244,6 @@ class BatchMLADecodeWrapper:
             raise argument_error(
                 ValueError, "planner", "invalid argument", "host or device", planner
             )
-        masks = [] if mask is None else [mask] if isinstance(mask, str) else list(mask)
         limits = self._limits or [-1, -1, -1]
         if self._schedule is None:
             self._set_schedule(torch.empty(0, dtype=torch.uint8, device=self._device))
@@ -242,7 +269,16 @@ class BatchMLADecodeWrapper:
                 ValueError, "schedule", "invalid argument", "a batch planned by plan()", "none"
             )
         _require_tensor(q, "q")
+        if q.dim() != 3:
+            raise argument_error(
+                ValueError,
+                "q",
+                "shape mismatch",
+                "shape [num_tokens, num_heads, 576]",
+                tuple(q.shape),
+            )
         _require_tensor(kv_cache, "kv_cache")
+        k_scale = real(k_scale, "k_scale")
         if kv_cache.dtype != self._kv_cache_dtype:
             raise argument_error(
                 TypeError,

@@ -6,11 +6,28 @@ from dcpmla import _core
 from dcpmla._scalars import argument_error, optional_index, real
 
 
-def _float64(array):
+def _float64(array, argument):
     """array as a C-contiguous float64 numpy array (a converted copy: this is the reference)."""
     if not isinstance(array, np.ndarray) and hasattr(array, "__dlpack__"):
         array = np.from_dlpack(array)
-    return np.ascontiguousarray(np.asarray(array), dtype=np.float64)
+    array = np.asarray(array)
+    if array.dtype.kind not in "iuf" and array.dtype.name not in ("bfloat16", "float8_e4m3fn"):
+        raise argument_error(
+            TypeError, argument, "dtype mismatch", "an array of real numbers", array.dtype
+        )
+    return np.ascontiguousarray(array, dtype=np.float64)
+
+
+def _lengths(seq_lens):
+    """seq_lens as a 1-D int64 numpy array, checked before it sizes anything."""
+    lens = np.asarray(seq_lens)
+    if lens.dtype.kind not in "iu":
+        raise argument_error(
+            TypeError, "seq_lens", "dtype mismatch", "an integer array [B]", lens.dtype
+        )
+    if lens.ndim != 1:
+        raise argument_error(ValueError, "seq_lens", "shape mismatch", "shape [B]", lens.shape)
+    return lens.astype(np.int64)
 
 
 def reference_attend(
@@ -24,11 +41,14 @@ def reference_attend(
     converted to float64: pass the values a cache holds (an fp8 cache's values times k_scale).
     Padding rows (past query_start_loc[B], up to num_tokens) are O = 0, LSE = -inf.
     """
+    lens = _lengths(seq_lens)
+    queries = _float64(q, "q")
+    if queries.ndim != 3:
+        raise argument_error(ValueError, "q", "shape mismatch", "shape [N, H, 576]", queries.shape)
     if isinstance(kv, (list, tuple)):
-        per_request = [_float64(x) for x in kv]
+        per_request = [_float64(x, f"kv[{b}]") for b, x in enumerate(kv)]
     else:
-        lens = np.asarray(seq_lens, dtype=np.int64)
-        latents = _float64(kv)
+        latents = _float64(kv, "kv")
         if latents.ndim != 2 or latents.shape[0] != lens.sum():
             raise argument_error(
                 ValueError,
@@ -40,7 +60,7 @@ def reference_attend(
             )
         per_request = np.split(latents, np.cumsum(lens)[:-1])
     return _core.reference_attend(
-        _float64(q),
+        queries,
         per_request,
         query_start_loc,
         seq_lens,

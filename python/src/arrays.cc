@@ -134,12 +134,28 @@ Imported import_array(nb::handle object, const std::string& name, const std::str
   Imported a{nb::borrow(object), {}, std::nullopt, {}, {}};
   const bool numpy = is_numpy_array(object);
   if (numpy) {
-    a.dtype_name = nb::cast<std::string>(object.attr("dtype").attr("name"));
+    const nb::object dtype = object.attr("dtype");
+    a.dtype_name = nb::cast<std::string>(dtype.attr("name"));
+    // numpy names a byte-swapped dtype as the native one (">i4" is "int32" too).
+    if (!nb::cast<bool>(dtype.attr("isnative"))) {
+      a.dtype_name +=
+          fmt::format(" of non-native byte order ('{}')", nb::cast<std::string>(dtype.attr("str")));
+    }
     for (const MlDtype& ml : kMlDtypes) {
       if (a.dtype_name == ml.name) {
         a.source = object.attr("view")(ml.bits_dtype);
         a.dtype = ml.dtype;
       }
+    }
+  }
+  // A torch view with a pending negation or conjugation exports its storage without it (torch's
+  // own __dlpack__ refuses such views; the fallback nanobind takes does not).
+  if (nb::hasattr(object, "is_neg") && nb::hasattr(object, "is_conj")) {
+    for (const char* lazy : {"is_neg", "is_conj"}) {
+      DCPMLA_REQUIRE(!nb::cast<bool>(object.attr(lazy)()), ErrorCode::invalid_argument, name,
+                     "a tensor without a pending negation or conjugation (resolve_neg(), "
+                     "resolve_conj())",
+                     fmt::format("a tensor whose {}() is True", lazy));
     }
   }
   if (!nb::try_cast(a.source, a.view, /*convert=*/false)) {
@@ -189,7 +205,7 @@ Array array_arg(nb::handle object, const std::string& name, std::initializer_lis
     for (std::size_t i = 0; i < found.size(); ++i) strides[i] = view.stride(i);
     throw Error(ErrorCode::invalid_argument, name,
                 "a C-contiguous array (read in place, never copied)",
-                fmt::format("strides {} in elements", tuple_string(strides)));
+                fmt::format("strides ({}) in elements", fmt::join(strides, ", ")));
   }
   const std::size_t element = dtype_size(*dtype);
   const auto address = reinterpret_cast<std::uintptr_t>(view.data());
@@ -198,6 +214,11 @@ Array array_arg(nb::handle object, const std::string& name, std::initializer_lis
       fmt::format("data aligned to its {}-byte elements", element),
       fmt::format("an address {} bytes past a multiple of {}", address % element, element));
   if (access == Access::write) {
+    DCPMLA_REQUIRE(
+        !nb::hasattr(object, "requires_grad") || !nb::cast<bool>(object.attr("requires_grad")),
+        ErrorCode::invalid_argument, name,
+        "a tensor that does not require grad (an output written in place, outside autograd)",
+        "a tensor with requires_grad=True");
     nb::ndarray<> writable;
     DCPMLA_REQUIRE(nb::try_cast(a.source, writable, /*convert=*/false), ErrorCode::invalid_argument,
                    name, "a writable array (an output)", "a read-only array");

@@ -13,7 +13,7 @@ namespace {
 
 using torch::headeronly::ScalarType;
 
-// The library's dtype of a torch dtype (uint8 is a byte buffer: fp8_e4m3 has its size).
+// The library's dtype of a torch dtype.
 std::optional<DType> library_dtype(ScalarType t) {
   switch (t) {
     case ScalarType::Float:
@@ -47,8 +47,40 @@ const char* torch_name(DType t) {
   return "?";
 }
 
+// The name Python spells a torch dtype with (c10's own names are Float, Long, Half, ...).
 std::string torch_name(ScalarType t) {
-  return fmt::format("torch.{}", torch::headeronly::toString(t));
+  switch (t) {
+    case ScalarType::Float:
+      return "torch.float32";
+    case ScalarType::Double:
+      return "torch.float64";
+    case ScalarType::Half:
+      return "torch.float16";
+    case ScalarType::BFloat16:
+      return "torch.bfloat16";
+    case ScalarType::Float8_e4m3fn:
+      return "torch.float8_e4m3fn";
+    case ScalarType::Float8_e5m2:
+      return "torch.float8_e5m2";
+    case ScalarType::Byte:
+      return "torch.uint8";
+    case ScalarType::Char:
+      return "torch.int8";
+    case ScalarType::Short:
+      return "torch.int16";
+    case ScalarType::Int:
+      return "torch.int32";
+    case ScalarType::Long:
+      return "torch.int64";
+    case ScalarType::Bool:
+      return "torch.bool";
+    case ScalarType::ComplexFloat:
+      return "torch.complex64";
+    case ScalarType::ComplexDouble:
+      return "torch.complex128";
+    default:
+      return fmt::format("torch {}", torch::headeronly::toString(t));
+  }
 }
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {
@@ -69,8 +101,9 @@ void require_defined(const Tensor& t, const std::string& name) {
   DCPMLA_REQUIRE(t.defined(), ErrorCode::invalid_argument, name, "a tensor", "an undefined tensor");
 }
 
-// Row-major contiguity (strides of extent-1 dimensions do not matter).
+// Row-major contiguity (strides of extent-1 dimensions, and of an empty tensor, do not matter).
 bool row_major(const Tensor& t) {
+  if (t.numel() == 0) return true;
   std::int64_t expected = 1;
   for (std::int64_t d = t.dim() - 1; d >= 0; --d) {
     const std::int64_t n = t.size(d);
@@ -108,18 +141,24 @@ std::string describe(Place p) {
   return p.cuda() ? fmt::format("cuda:{}", p.device) : "cpu";
 }
 
-TensorRef tensor_arg(const Tensor& t, const std::string& name, std::initializer_list<DType> dtypes,
-                     const std::vector<std::int64_t>& shape, std::string_view layout, Place place,
-                     std::size_t alignment) {
+namespace {
+
+// tensor_arg; byte_buffer: a torch.uint8 tensor is taken as raw bytes (the schedule's and the
+// workspace's memory, typed fp8_e4m3 for its size), which no other argument is.
+TensorRef checked_tensor(const Tensor& t, const std::string& name,
+                         std::initializer_list<DType> dtypes,
+                         const std::vector<std::int64_t>& shape, std::string_view layout,
+                         Place place, std::size_t alignment, bool byte_buffer) {
   require_defined(t, name);
   const ScalarType st = t.scalar_type();
-  std::optional<DType> dtype = library_dtype(st);
-  const bool bytes = st == ScalarType::Byte &&
-                     std::find(dtypes.begin(), dtypes.end(), DType::fp8_e4m3) != dtypes.end();
-  if (bytes) dtype = DType::fp8_e4m3;
+  const std::optional<DType> dtype =
+      byte_buffer && st == ScalarType::Byte ? DType::fp8_e4m3 : library_dtype(st);
   if (!dtype || std::find(dtypes.begin(), dtypes.end(), *dtype) == dtypes.end()) {
     std::string want;
-    for (DType d : dtypes) want += std::string(want.empty() ? "" : " or ") + torch_name(d);
+    for (DType d : dtypes) {
+      const std::string n = torch_name(d);
+      if (want.find(n) == std::string::npos) want += (want.empty() ? "" : " or ") + n;
+    }
     throw Error(ErrorCode::dtype_mismatch, name, fmt::format("dtype {}", want), torch_name(st));
   }
   const std::vector<std::int64_t> sizes = sizes_of(t);
@@ -133,11 +172,19 @@ TensorRef tensor_arg(const Tensor& t, const std::string& name, std::initializer_
   return TensorRef(t.data_ptr(), *dtype, sizes);
 }
 
+}  // namespace
+
+TensorRef tensor_arg(const Tensor& t, const std::string& name, std::initializer_list<DType> dtypes,
+                     const std::vector<std::int64_t>& shape, std::string_view layout, Place place,
+                     std::size_t alignment) {
+  return checked_tensor(t, name, dtypes, shape, layout, place, alignment, false);
+}
+
 TensorRef bytes_arg(const Tensor& t, const std::string& name, Place place, std::size_t alignment) {
   require_defined(t, name);
   DCPMLA_REQUIRE(t.scalar_type() == ScalarType::Byte, ErrorCode::dtype_mismatch, name,
                  "dtype torch.uint8 (a byte buffer)", torch_name(t.scalar_type()));
-  return tensor_arg(t, name, {DType::fp8_e4m3}, {-1}, "[bytes]", place, alignment);
+  return checked_tensor(t, name, {DType::fp8_e4m3}, {-1}, "[bytes]", place, alignment, true);
 }
 
 void require_disjoint(const TensorRef& first, const std::string& first_name,

@@ -27,8 +27,8 @@ struct Place {
 Place place_of(const Tensor& t, const std::string& name);
 std::string describe(Place p);  // "cpu" or "cuda:N"
 
-// The library's view of `t` as argument `name`: one of `dtypes` (uint8 tensors are viewed as
-// bytes, DType::fp8_e4m3 of the same size, where `dtypes` names it), exactly `shape` (-1 accepts
+// The library's view of `t` as argument `name`: one of `dtypes` (a torch.uint8 tensor is none of
+// them; byte buffers are bytes_arg's), exactly `shape` (-1 accepts
 // any extent; `layout` names the dimensions for the message, e.g. "[num_tokens, heads, 576]"),
 // C-contiguous, aligned to `alignment` bytes (0: its element size) and on `place`.
 TensorRef tensor_arg(const Tensor& t, const std::string& name, std::initializer_list<DType> dtypes,

@@ -158,6 +158,12 @@ BAD_DECODE = [
         ValueError,
         "query_start_loc[2]",
     ),
+    (
+        "query_start_loc big-endian",
+        lambda c: {"query_start_loc": c["query_start_loc"].astype(">i4")},
+        TypeError,
+        "query_start_loc",
+    ),
     ("seq_lens float", lambda c: {"seq_lens": np.array([20.0, 9.0])}, TypeError, "seq_lens"),
     ("seq_lens 2-D", lambda c: {"seq_lens": np.array([[20, 9]])}, ValueError, "seq_lens"),
     (
@@ -184,6 +190,7 @@ BAD_DECODE = [
     ("softmax_scale 0", lambda c: {"softmax_scale": 0.0}, ValueError, "softmax_scale"),
     ("softmax_scale nan", lambda c: {"softmax_scale": float("nan")}, ValueError, "softmax_scale"),
     ("softmax_scale str", lambda c: {"softmax_scale": "0.1"}, TypeError, "softmax_scale"),
+    ("softmax_scale huge int", lambda c: {"softmax_scale": 10**400}, ValueError, "softmax_scale"),
     ("k_scale for bf16", lambda c: {"k_scale": 0.5}, ValueError, "k_scale"),
     ("dcp_world_size 0", lambda c: {"dcp_world_size": 0}, ValueError, "dcp_world_size"),
     ("dcp_rank = W", lambda c: {"dcp_world_size": 2, "dcp_rank": 2}, ValueError, "dcp_rank"),
@@ -245,6 +252,7 @@ def step_args(case, world=2):
 
 BAD_STEP = [
     ("combine", {"combine": "allreduce"}, ValueError, "combine"),
+    ("combine None", {"combine": None}, TypeError, "combine"),
     ("world 0", {"world": 0, "kv_caches": []}, ValueError, "world"),
     ("cache count", {"world": 4}, ValueError, "kv_caches"),
     ("heads per rank", {"world": 3, "kv_caches": "three"}, ValueError, "q"),
@@ -295,6 +303,23 @@ def test_reference_attend_names_the_bad_argument(case):
         lambda: dcpmla.reference_attend(q, [kv[:20], kv[:8]], starts, lens, 0.1),
     )
     expect(ValueError, "q", lambda: dcpmla.reference_attend(q[:2], kv, starts, lens, 0.1))
+    expect(ValueError, "q", lambda: dcpmla.reference_attend(q[0], kv, starts, lens, 0.1))
+    expect(TypeError, "q", lambda: dcpmla.reference_attend(None, kv, starts, lens, 0.1))
+    expect(TypeError, "q", lambda: dcpmla.reference_attend(q + 1j, kv, starts, lens, 0.1))
+    expect(TypeError, "kv", lambda: dcpmla.reference_attend(q, kv + 1j, starts, lens, 0.1))
+    # seq_lens is checked before it sizes kv.
+    expect(TypeError, "seq_lens", lambda: dcpmla.reference_attend(q, kv, starts, None, 0.1))
+    expect(TypeError, "seq_lens", lambda: dcpmla.reference_attend(q, kv, starts, "29", 0.1))
+    expect(ValueError, "seq_lens", lambda: dcpmla.reference_attend(q, kv, starts, [lens], 0.1))
+
+
+def test_messages_show_what_was_found(case):
+    big_endian = {**case, "query_start_loc": case["query_start_loc"].astype(">i4")}
+    with pytest.raises(TypeError, match="non-native byte order \\('>i4'\\)"):
+        dcpmla.cpu.mla_decode(**big_endian)
+    reversed_q = {**case, "q": case["q"][::-1]}
+    with pytest.raises(ValueError, match=r"strides \(-2304, 576, 1\)"):
+        dcpmla.cpu.mla_decode(**reversed_q)
 
 
 def test_dcp_step_simulated_refuses_an_output_over_a_rank_cache(case):

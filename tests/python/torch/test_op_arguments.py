@@ -102,8 +102,24 @@ CASES = {
     ),
     "q width": (ValueError, "q", lambda t: run(t, q=t.q[..., :512].contiguous())),
     "q type": (TypeError, "q", lambda t: run(t, q=t.sc.q)),
+    "q 1-D": (ValueError, "q", lambda t: run(t, q=t.q[0, 0])),
+    "q 0-D": (ValueError, "q", lambda t: run(t, q=t.q[0, 0, 0])),
     "seq_lens type": (TypeError, "seq_lens", lambda t: plan(t, seq_lens=[40, 9])),
     "cache dtype": (TypeError, "kv_cache", lambda t: run(t, kv_cache=t.cache.float())),
+    "cache uint8": (
+        TypeError,
+        "kv_cache",
+        lambda t: mla_decode_(
+            t.q,
+            t.cache.view(torch.uint8),
+            t.table,
+            t.wrapper.schedule,
+            workspace(mib=1),
+            t.out,
+            t.lse,
+            SOFTMAX_SCALE,
+        ),
+    ),
     "cache blocks": (ValueError, "kv_cache.num_blocks", lambda t: run(t, kv_cache=t.cache[1:])),
     "cache width": (ValueError, "kv_cache", lambda t: run(t, kv_cache=t.cache[..., :512])),
     "cache strides": (
@@ -124,6 +140,14 @@ CASES = {
         lambda t: run(t, q=t.out.view(torch.bfloat16).view(-1)[: N * H * 576].view(N, H, 576)),
     ),
     "k_scale of a bf16 cache": (ValueError, "k_scale", lambda t: run(t, k_scale=2.0)),
+    "k_scale type": (TypeError, "k_scale", lambda t: run(t, k_scale="1")),
+    "softmax_scale nan": (
+        ValueError,
+        "softmax_scale",
+        lambda t: plan(t, softmax_scale=float("nan")),
+    ),
+    "num_tokens negative": (ValueError, "num_tokens", lambda t: plan(t, num_tokens=-1)),
+    "mask type": (TypeError, "mask", lambda t: plan(t, mask=5)),
     "softmax_scale value": (
         ValueError,
         "softmax_scale",
@@ -296,6 +320,15 @@ CASES = {
         "slot_mapping",
         lambda t: write_kv_(torch.zeros((2, 576)), torch.tensor([0, 1, 2]), t.cache),
     ),
+    "write_kv uint8 cache": (
+        TypeError,
+        "kv_cache",
+        lambda t: write_kv_(
+            torch.zeros((1, 576)),
+            torch.tensor([0]),
+            torch.zeros((2, BLOCK, 576), dtype=torch.uint8),
+        ),
+    ),
     "write_kv latent width": (
         ValueError,
         "latent",
@@ -351,6 +384,20 @@ CASES = {
 }
 
 
+def test_empty_tensors_are_contiguous():
+    # No rows: nothing to merge, and no stride of an empty tensor makes it non-contiguous.
+    v_out, s_out = torch.empty((0, 4, 8)), torch.empty((0, 4))
+    merge_states_(torch.randn(2, 0, 4, 8), torch.randn(2, 0, 4), v_out, s_out)
+
+
+def test_dtype_names_are_pythons():
+    t = valid()
+    with pytest.raises(TypeError, match="got torch.float16$"):
+        run(t, q=t.q.half())
+    with pytest.raises(TypeError, match="expected dtype torch.float32, got torch.bfloat16$"):
+        run(t, lse=t.lse.bfloat16())
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_bad_argument_is_refused_by_name(case):
     exc_type, argument, call = CASES[case]
@@ -399,3 +446,19 @@ def test_raw_ops_raise_value_errors_with_the_message():
             t.lse,
             0.1,
         )
+
+
+def test_numpy_path_refuses_torch_views_it_would_misread():
+    # dcpmla.cpu takes torch tensors through DLPack, which exports a view's storage without its
+    # pending negation; and an output written in place must not be part of autograd.
+    t = valid()
+    sc = t.sc
+    args = (t.table, t.qsl, t.seq_lens, SOFTMAX_SCALE)
+    kwargs = dict(num_tokens=sc.num_tokens)
+    with pytest.raises(ValueError, match="is_neg") as info:
+        dcpmla.cpu.mla_decode(t.q._neg_view(), t.cache, *args, **kwargs)
+    assert info.value.argument == "q"
+    out = torch.zeros((sc.num_tokens, H, 512), requires_grad=True)
+    with pytest.raises(ValueError, match="requires_grad") as info:
+        dcpmla.cpu.mla_decode(t.q, t.cache, *args, out=out, **kwargs)
+    assert info.value.argument == "out" and not out.detach().any()
