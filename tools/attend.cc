@@ -135,11 +135,26 @@ json read_config(const fs::path& dir) {
                  fmt::format("a file at {}", path.string()), "no such file");
   std::ifstream in(path);
   json cfg;
+  // JSON leaves a repeated key to the reader (nlohmann keeps the last): refuse it instead, so a
+  // field is never silently taken from another line than the one read.
+  std::vector<std::set<std::string>> keys;
+  std::string repeated;
+  const json::parser_callback_t no_repeats = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) keys.emplace_back();
+    if (event == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    if (event == json::parse_event_t::key && !keys.empty() &&
+        !keys.back().insert(parsed.get<std::string>()).second && repeated.empty()) {
+      repeated = parsed.get<std::string>();
+    }
+    return true;
+  };
   try {
-    cfg = json::parse(in);
+    cfg = json::parse(in, no_repeats);
   } catch (const json::exception& e) {
     throw Error(ErrorCode::invalid_argument, kConfig, "valid JSON", e.what());
   }
+  DCPMLA_REQUIRE(repeated.empty(), ErrorCode::invalid_argument, field(repeated),
+                 "a field given once", "a field given more than once");
   DCPMLA_REQUIRE(cfg.is_object(), ErrorCode::invalid_argument, kConfig, "a JSON object", show(cfg));
   static const std::set<std::string> known = {
       "world",   "interleave", "heads",   "softmax_scale", "block_size", "kv_dtype",

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -13,6 +14,7 @@
 #include "commands.h"
 #include "dcpmla/cpu_backend.h"
 #include "dcpmla/dcp.h"
+#include "dcpmla/error.h"
 #include "dcpmla/testing/runner.h"
 #include "dcpmla/testing/scenario.h"
 #include "placement.h"
@@ -50,6 +52,24 @@ void check_demo_size(const testing::ScenarioSpec& spec) {
                  bytes, work, 2e12);
 }
 
+// The scenario's checks name its fields; a demo's user typed the options that set them.
+testing::Scenario scenario_of(const testing::ScenarioSpec& spec) {
+  static const std::map<std::string, std::string> kOption = {{"world", "--dcp"},
+                                                             {"interleave", "--interleave"},
+                                                             {"heads", "--heads"},
+                                                             {"requests", "--requests"},
+                                                             {"max_drafts", "--max-drafts"},
+                                                             {"block_size", "--block-size"},
+                                                             {"max_context", "--max-context"}};
+  try {
+    return testing::make_scenario(spec);
+  } catch (const Error& e) {
+    const auto option = kOption.find(e.argument());
+    if (option == kOption.end()) throw;
+    throw Error(e.code(), option->second, e.expected(), e.actual());
+  }
+}
+
 int run_demo(DemoOptions o) {
   auto& spec = o.spec;
   spec.kv_dtype = parse_dtype(o.dtype, "--dtype");
@@ -57,7 +77,7 @@ int run_demo(DemoOptions o) {
   spec.q_dtype = spec.kv_dtype == DType::f32 ? DType::f32 : DType::bf16;
   const Combine combine = parse_combine(o.combine, "--combine");
   check_demo_size(spec);
-  const testing::Scenario sc = testing::make_scenario(spec);
+  const testing::Scenario sc = scenario_of(spec);
 
   const int per_rank = std::max(
       1, (o.threads > 0 ? o.threads : int(std::thread::hardware_concurrency())) / spec.world);

@@ -59,12 +59,13 @@ DCPMLA_HD float fp8_e4m3_to_float(std::uint8_t v) {
   return bits_float(sign | ((exp + 120u) << 23) | (man << 20));
 }
 
-// Saturates to +-448; NaN maps to NaN; rounds to nearest even.
+// Rounds to nearest even; finite values beyond 448 saturate to +-448; NaN and +-inf map to NaN
+// (e4m3 has no infinity, and a key written as +-inf must not come back finite: SPEC section 5).
 DCPMLA_HD std::uint8_t float_to_fp8_e4m3(float f) {
   const std::uint32_t u = float_bits(f);
   const std::uint8_t sign = std::uint8_t((u >> 24) & 0x80u);
   const std::uint32_t abs_bits = u & 0x7fffffffu;
-  if (abs_bits > 0x7f800000u) return std::uint8_t(sign | 0x7fu);
+  if (abs_bits >= 0x7f800000u) return std::uint8_t(sign | 0x7fu);
   const float a = bits_float(abs_bits);
   if (a >= 464.0f) return std::uint8_t(sign | 0x7eu);  // 448 is the largest; 464 rounds past it
   if (a < 0.015625f) {

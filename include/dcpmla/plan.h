@@ -120,6 +120,10 @@ Plan make_plan(const Batch& batch, const PlanConfig& config);
 // Only the validation part of make_plan.
 void validate_batch(const Batch& batch, const PlanConfig& config);
 
+// The config alone (block size, sharding, heads, cache blocks, device model, forced chunk), as
+// make_plan and a Schedule check it.
+void validate_config(const PlanConfig& config);
+
 // Every block id a rank of config's group reads from batch.block_table is in [0, num_blocks), and
 // the table has the columns for it. Rank 0 reads the most (every rank uses a prefix of the same
 // row), so all ranks accept or refuse a shared batch alike.

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "dcpmla/dcp.h"
 #include "dcpmla/error.h"
@@ -25,6 +26,12 @@ DcpWorkspace::DcpWorkspace(Backend& backend, int world_, std::int64_t max_rows_,
                  std::to_string(max_rows));
   DCPMLA_REQUIRE(heads_per_rank >= 1, ErrorCode::invalid_argument, "heads_per_rank", ">= 1",
                  std::to_string(heads_per_rank));
+  // Rows x heads are indexed with int32 (as a plan's), which keeps every size below in range.
+  const std::int64_t heads = std::int64_t(world) * heads_per_rank;
+  const std::int64_t most_rows = std::numeric_limits<std::int32_t>::max() / heads;
+  DCPMLA_REQUIRE(max_rows <= most_rows, ErrorCode::out_of_range, "max_rows",
+                 fmt::format("at most {} rows ({} heads: 2^31 - 1 pairs)", most_rows, heads),
+                 std::to_string(max_rows));
   const std::size_t W = world, N = max_rows, Hl = heads_per_rank, H = W * Hl;
   gathered_q = DeviceBuffer(backend, W * N * Hl * kHeadDim * dtype_size(q_dtype));
   partial_out = DeviceBuffer(backend, N * H * kLatentDim * 4);

@@ -121,6 +121,8 @@ void validate(const DecodeArgs& a) {
 }
 
 void validate(const CombineRescaleArgs& a) {
+  DCPMLA_REQUIRE(a.world >= 1, ErrorCode::invalid_argument, "world", ">= 1",
+                 std::to_string(a.world));
   DCPMLA_REQUIRE(a.rank >= 0 && a.rank < a.world, ErrorCode::out_of_range, "rank",
                  fmt::format("in [0, {})", a.world), std::to_string(a.rank));
   const auto N = dim(a.partial_out, 0), H = dim(a.partial_out, 1);

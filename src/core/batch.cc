@@ -34,6 +34,9 @@ void validate_layout(const Batch& batch) {
                  fmt::format("-1 or >= query_start_loc[B] = {}", batch.real_tokens()),
                  std::to_string(batch.num_tokens));
   constexpr std::int64_t kMaxLen = std::numeric_limits<std::int32_t>::max();
+  // Rows are indexed with int32, as query_start_loc holds them.
+  DCPMLA_REQUIRE(batch.num_tokens <= kMaxLen, ErrorCode::out_of_range, "num_tokens",
+                 fmt::format("<= {}", kMaxLen), std::to_string(batch.num_tokens));
   for (std::size_t b = 0; b < B; ++b) {
     const int Q = batch.q_len(int(b));
     const auto T = batch.total_len[b];
@@ -92,6 +95,7 @@ std::vector<std::int64_t> step_slot_mapping(const Batch& batch, const Sharding& 
 }
 
 std::vector<std::int32_t> row_requests(const Batch& batch) {
+  validate_layout(batch);
   std::vector<std::int32_t> r(std::size_t(batch.rows()), -1);
   for (int b = 0; b < batch.num_requests(); ++b) {
     for (int j = 0; j < batch.q_len(b); ++j) r[std::size_t(batch.query_start_loc[b] + j)] = b;
@@ -100,6 +104,7 @@ std::vector<std::int32_t> row_requests(const Batch& batch) {
 }
 
 std::vector<std::int64_t> row_global_bounds(const Batch& batch) {
+  validate_layout(batch);
   std::vector<std::int64_t> r(std::size_t(batch.rows()), 0);
   for (int b = 0; b < batch.num_requests(); ++b) {
     const int Q = batch.q_len(b);
@@ -112,6 +117,7 @@ std::vector<std::int64_t> row_global_bounds(const Batch& batch) {
 }
 
 bool is_uniform(const Batch& batch) {
+  validate_layout(batch);
   int max_q = 0;
   for (int b = 0; b < batch.num_requests(); ++b) max_q = std::max(max_q, batch.q_len(b));
   return batch.rows() == std::int64_t(batch.num_requests()) * max_q;

@@ -1,5 +1,7 @@
 #include "dcpmla/cache.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -13,7 +15,11 @@ std::size_t KvCacheRef::bytes() const {
   return std::size_t(num_blocks) * std::size_t(block_size) * kHeadDim * dtype_size(dtype);
 }
 
-void validate_cache(const KvCacheRef& cache, const std::string& argument) {
+namespace {
+
+// Everything validate_cache checks but the pointer (a HostKvCache checks them before it
+// allocates).
+void validate_cache_fields(const KvCacheRef& cache, const std::string& argument) {
   DCPMLA_REQUIRE(
       cache.dtype == DType::f32 || cache.dtype == DType::bf16 || cache.dtype == DType::fp8_e4m3,
       ErrorCode::dtype_mismatch, argument + ".dtype", "fp32, bf16 or fp8", to_string(cache.dtype));
@@ -26,13 +32,28 @@ void validate_cache(const KvCacheRef& cache, const std::string& argument) {
   DCPMLA_REQUIRE(cache.dtype == DType::fp8_e4m3 || cache.k_scale == 1.0f,
                  ErrorCode::invalid_argument, argument + ".k_scale", "1 for an unquantised cache",
                  std::to_string(cache.k_scale));
+  // bytes() in range: at most 2^62.
+  const auto bytes = (unsigned __int128)(cache.num_blocks) * std::uint64_t(cache.block_size) *
+                     (kHeadDim * dtype_size(cache.dtype));
+  DCPMLA_REQUIRE(bytes <= (std::uint64_t(1) << 62), ErrorCode::out_of_range,
+                 argument + ".num_blocks",
+                 fmt::format("a cache of at most 2^62 bytes ({} tokens a block)", cache.block_size),
+                 std::to_string(cache.num_blocks));
+}
+
+}  // namespace
+
+void validate_cache(const KvCacheRef& cache, const std::string& argument) {
+  validate_cache_fields(cache, argument);
   DCPMLA_REQUIRE(cache.data != nullptr, ErrorCode::invalid_argument, argument + ".data",
                  "a non-null buffer", "null");
 }
 
 HostKvCache::HostKvCache(DType dtype, std::int64_t num_blocks, int block_size, float k_scale)
     : dtype_(dtype), num_blocks_(num_blocks), block_size_(block_size), k_scale_(k_scale) {
-  storage_.resize(KvCacheRef{nullptr, dtype, num_blocks, block_size, k_scale}.bytes());
+  const KvCacheRef shape{nullptr, dtype, num_blocks, block_size, k_scale};
+  validate_cache_fields(shape, "cache");
+  storage_.resize(shape.bytes());
   validate_cache(ref(), "cache");
 }
 

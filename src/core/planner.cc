@@ -12,8 +12,6 @@
 #include "dcpmla/types.h"
 
 namespace dcpmla {
-namespace {
-
 void validate_config(const PlanConfig& config) {
   DCPMLA_REQUIRE(config.block_size >= 1, ErrorCode::invalid_argument, "block_size", ">= 1",
                  std::to_string(config.block_size));
@@ -32,8 +30,6 @@ void validate_config(const PlanConfig& config) {
   DCPMLA_REQUIRE(config.kv_chunk_blocks >= 0, ErrorCode::invalid_argument, "kv_chunk_blocks",
                  ">= 0 (0 = the model's choice)", std::to_string(config.kv_chunk_blocks));
 }
-
-}  // namespace
 
 void validate_batch(const Batch& batch, const PlanConfig& config) {
   validate_config(config);
@@ -245,7 +241,16 @@ Plan make_plan_into(const Batch& batch, const PlanConfig& config, const WorkItem
 }
 
 std::size_t decode_workspace_bytes(std::int64_t partial_rows, int num_heads) {
-  return std::size_t(partial_rows) * std::size_t(num_heads) * (kLatentDim + 1) * sizeof(float);
+  DCPMLA_REQUIRE(partial_rows >= 0, ErrorCode::invalid_argument, "partial_rows", ">= 0",
+                 std::to_string(partial_rows));
+  DCPMLA_REQUIRE(num_heads >= 1, ErrorCode::invalid_argument, "num_heads", ">= 1",
+                 std::to_string(num_heads));
+  const auto bytes = (unsigned __int128)(partial_rows)*std::uint64_t(num_heads) *
+                     ((kLatentDim + 1) * sizeof(float));
+  DCPMLA_REQUIRE(bytes <= std::numeric_limits<std::size_t>::max(), ErrorCode::out_of_range,
+                 "partial_rows", fmt::format("a workspace below 2^64 bytes ({} heads)", num_heads),
+                 std::to_string(partial_rows));
+  return std::size_t(bytes);
 }
 
 }  // namespace dcpmla

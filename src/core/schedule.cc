@@ -25,6 +25,8 @@ std::string describe(const ScheduleCapacity& c) {
 }
 
 void validate_capacity(const ScheduleCapacity& c, const PlanConfig& config) {
+  // The device planner divides by the config's sizes and must plan exactly as make_plan does.
+  validate_config(config);
   DCPMLA_REQUIRE(c.requests >= 0 && c.rows >= 0 && c.blocks_per_request >= 0 && c.work_items >= 0 &&
                      c.merge_rows >= 0 && c.partial_rows >= 0,
                  ErrorCode::invalid_argument, "capacity", "non-negative counts", describe(c));
@@ -151,6 +153,15 @@ ScheduleCapacity capacity_for_limits(const PlanConfig& config, std::int32_t max_
                  ErrorCode::invalid_argument, "limits",
                  "max_requests >= 0, max_rows >= max_requests, max_blocks_per_request >= 0",
                  fmt::format("{}, {}, {}", max_requests, max_rows, max_blocks_per_request));
+  validate_config(config);
+  // Rows x heads are indexed with int32 on the device (the Schedule refuses more), which also
+  // keeps the products below within 64 bits.
+  DCPMLA_REQUIRE(
+      max_rows <= std::numeric_limits<std::int32_t>::max() / config.num_heads,
+      ErrorCode::out_of_range, "max_rows",
+      fmt::format("at most {} rows ({} heads: 2^31 - 1 pairs)",
+                  std::numeric_limits<std::int32_t>::max() / config.num_heads, config.num_heads),
+      std::to_string(max_rows));
   const DeviceModel& m = config.model;
   const std::int64_t H = config.num_heads;
   // Unsplit, a batch needs one work item per tile of each request: ceil(Q H / tp) <= Q H / tp + 1
@@ -314,7 +325,9 @@ void Schedule::plan(const Batch& batch, Stream s) {
 }
 
 void Schedule::plan_on_device(const DeviceBatchRef& batch, Stream s) {
-  const std::int64_t B = batch.seq_lens.shape.empty() ? -1 : batch.seq_lens.shape[0];
+  DCPMLA_REQUIRE(batch.seq_lens.shape.size() == 1, ErrorCode::shape_mismatch, "seq_lens",
+                 "shape [B] (one dimension)", shape_string(batch.seq_lens.shape));
+  const std::int64_t B = batch.seq_lens.shape[0];
   check_tensor(batch.seq_lens, "seq_lens", DType::i32, {B});
   check_tensor(batch.query_start_loc, "query_start_loc", DType::i32, {B + 1});
   DCPMLA_REQUIRE(B <= capacity_.requests, ErrorCode::shape_mismatch, "seq_lens",

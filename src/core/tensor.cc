@@ -31,6 +31,17 @@ void check_tensor(const TensorRef& t, const std::string& argument,
     throw Error(ErrorCode::dtype_mismatch, argument,
                 fmt::format("dtype {}", fmt::join(names, " or ")), to_string(t.dtype));
   }
+  // Expected shapes come from other arguments' extents, so each extent is checked on its own: a
+  // negative one, or a product past 2^62 elements, would wrap numel() and bytes().
+  unsigned __int128 elements = 1;
+  for (const std::int64_t d : t.shape) {
+    DCPMLA_REQUIRE(d >= 0, ErrorCode::shape_mismatch, argument, "non-negative extents",
+                   shape_string(t.shape));
+    elements = elements * std::uint64_t(d);
+    if (elements > (std::uint64_t(1) << 62)) elements = (std::uint64_t(1) << 62) + 1;
+  }
+  DCPMLA_REQUIRE(elements <= (std::uint64_t(1) << 62), ErrorCode::out_of_range, argument,
+                 "at most 2^62 elements", shape_string(t.shape));
   const std::vector<std::int64_t> want(shape);
   DCPMLA_REQUIRE(t.shape == want, ErrorCode::shape_mismatch, argument,
                  "shape " + shape_string(want), shape_string(t.shape));

@@ -1,18 +1,38 @@
 #include "thread_pool.h"
 
+#include <fmt/format.h>
+
+#include <system_error>
+
+#include "dcpmla/error.h"
+
 namespace dcpmla::cpu {
 
 ThreadPool::ThreadPool(int threads) {
-  for (int w = 1; w < threads; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
+  try {
+    for (int w = 1; w < threads; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
+  } catch (const std::system_error& e) {
+    // The workers already started wait on wake_: stop and join them before the members go.
+    const std::size_t started = workers_.size();
+    stop_workers();
+    throw Error(ErrorCode::backend_failure, "threads",
+                fmt::format("{} threads for the CPU backend", threads),
+                fmt::format("thread {} failed to start ({})", started + 1, e.what()));
+  }
 }
 
 ThreadPool::~ThreadPool() {
+  stop_workers();
+}
+
+void ThreadPool::stop_workers() {
   {
     std::lock_guard lock(mutex_);
     stop_ = true;
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
+  workers_.clear();
 }
 
 void ThreadPool::run_share(int worker) {

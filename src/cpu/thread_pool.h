@@ -26,6 +26,7 @@ class ThreadPool {
 
  private:
   void worker_loop(int worker);
+  void stop_workers();  // wakes, joins and forgets every worker
   void run_share(int worker);
 
   std::vector<std::thread> workers_;

@@ -7,6 +7,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dcpmla/backend.h"
@@ -840,6 +841,117 @@ TEST(Validation, DcpWorkspace) {
                "max_rows");
   expect_error([&] { DcpWorkspace ws(*be, 2, 4, 0, DType::bf16, 0); }, ErrorCode::invalid_argument,
                "heads_per_rank");
+  // Sizes that would wrap (2^55 rows of 2 x 8 heads): refused, not allocated as 0 bytes.
+  expect_error([&] { DcpWorkspace ws(*be, 2, std::int64_t(1) << 55, 8, DType::bf16, 0); },
+               ErrorCode::out_of_range, "max_rows");
+}
+
+// A schedule plans on the device by the config's divisions and must plan exactly as make_plan:
+// it refuses every config make_plan refuses (a block size of 0 once divided by zero).
+TEST(Validation, ScheduleRefusesTheConfigsMakePlanRefuses) {
+  auto be = make_cpu_backend(1);
+  const PlanConfig good{{1, 0, 1}, 4, 16, 64, be->device_model(), 0};
+  const ScheduleCapacity cap{2, 4, 8, 64, 4, 8};
+  Schedule ok(*be, good, cap);
+  const std::pair<std::function<void(PlanConfig&)>, const char*> bad[] = {
+      {[](PlanConfig& c) { c.block_size = 0; }, "block_size"},
+      {[](PlanConfig& c) { c.num_heads = 0; }, "num_heads"},
+      {[](PlanConfig& c) { c.sharding.world = 0; }, "world"},
+      {[](PlanConfig& c) { c.sharding.rank = 5; }, "rank"},
+      {[](PlanConfig& c) { c.sharding.interleave = 3; }, "interleave"},
+      {[](PlanConfig& c) { c.model.min_split_tokens = 0; }, "model.min_split_tokens"},
+      {[](PlanConfig& c) { c.kv_chunk_blocks = -1; }, "kv_chunk_blocks"},
+  };
+  for (const auto& [change, argument] : bad) {
+    PlanConfig c = good;
+    change(c);
+    std::string got;
+    try {
+      validate_config(c);
+    } catch (const Error& e) {
+      got = e.argument();
+    }
+    ASSERT_FALSE(got.empty()) << argument;
+    for (auto make : {std::function<void()>([&] { Schedule s(*be, c, cap); }),
+                      std::function<void()>([&] { capacity_for_limits(c, 2, 4, 8); })}) {
+      try {
+        make();
+        ADD_FAILURE() << argument << ": accepted";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.argument(), got) << e.what();
+      }
+    }
+  }
+}
+
+TEST(Validation, SizesThatWouldWrapAreRefused) {
+  PlanConfig c{{1, 0, 1}, 128, 16, 64, {132, 64, 256}, 1};
+  expect_error([&] { capacity_for_limits(c, 4, std::int64_t(1) << 40, 1 << 30); },
+               ErrorCode::out_of_range, "max_rows");
+  expect_error([] { decode_workspace_bytes(-1, 16); }, ErrorCode::invalid_argument, "partial_rows");
+  expect_error([] { decode_workspace_bytes(std::int64_t(1) << 62, 1 << 30); },
+               ErrorCode::out_of_range, "partial_rows");
+  expect_error([] { HostKvCache cache(DType::bf16, -1, 64); }, ErrorCode::invalid_argument,
+               "cache.num_blocks");
+  expect_error([] { HostKvCache cache(DType::f32, std::int64_t(1) << 50, 64); },
+               ErrorCode::out_of_range, "cache.num_blocks");
+  // Negative extents or a product past 2^62 elements (numel() would wrap to a small number).
+  float v[8] = {}, s[8] = {};
+  auto merge = [&](std::vector<std::int64_t> vs, std::vector<std::int64_t> ss,
+                   std::vector<std::int64_t> os, std::vector<std::int64_t> ls) {
+    validate(MergeStatesArgs{TensorRef(v, DType::f32, vs), TensorRef(s, DType::f32, ss),
+                             TensorRef(v, DType::f32, os), TensorRef(s, DType::f32, ls)});
+  };
+  expect_error(
+      [&] {
+        merge({1, -1, -1, 4}, {1, -1, -1}, {-1, -1, 4}, {-1, -1});
+      },
+      ErrorCode::shape_mismatch, "v");
+  const std::int64_t big = std::int64_t(1) << 32;
+  expect_error(
+      [&] {
+        merge({2, big, big, 1}, {2, big, big}, {big, big, 1}, {big, big});
+      },
+      ErrorCode::out_of_range, "v");
+  // Rows are int32.
+  Batch b;
+  b.query_start_loc = {0, 1};
+  b.total_len = {5};
+  b.num_tokens = std::int64_t(1) << 40;
+  expect_error([&] { validate_layout(b); }, ErrorCode::out_of_range, "num_tokens");
+}
+
+TEST(Validation, NamesTheArgumentThatIsWrong) {
+  auto be = make_cpu_backend(1);
+  float x[8] = {};
+  expect_error(
+      [&] {
+        be->combine_rescale(
+            {0, 0, TensorRef(x, DType::f32, {0, 1, 1}),
+             TensorRef(x, DType::f32, {1, 1, kLatentDim}),
+             TensorRef(x, DType::f32, {0, 1, 1, kLatentDim}), TensorRef(x, DType::f32, {1, 1})},
+            nullptr);
+      },
+      ErrorCode::invalid_argument, "world");
+  Schedule s(*be, {{1, 0, 1}, 4, 16, 64, be->device_model(), 0}, {2, 4, 8, 64, 4, 8});
+  std::int32_t qsl[3] = {0, 1, 2}, lens[2] = {5, 5};
+  expect_error(
+      [&] {
+        s.plan_on_device({TensorRef(qsl, DType::i32, {3}), TensorRef(lens, DType::i32, {}), -1},
+                         nullptr);
+      },
+      ErrorCode::shape_mismatch, "seq_lens");
+}
+
+// The row views of a batch validate it first: an inconsistent one once wrote past their vectors.
+TEST(Validation, RowViewsOfABadBatch) {
+  Batch b;
+  b.query_start_loc = {0, 3};
+  b.total_len = {5};
+  b.num_tokens = 1;
+  expect_error([&] { row_requests(b); }, ErrorCode::inconsistent, "num_tokens");
+  expect_error([&] { row_global_bounds(b); }, ErrorCode::inconsistent, "num_tokens");
+  expect_error([&] { is_uniform(b); }, ErrorCode::inconsistent, "num_tokens");
 }
 
 TEST(Validation, ScenarioSpec) {

@@ -2,11 +2,27 @@
 #include "cpu/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <csignal>
+#include <fstream>
 #include <stdexcept>
 #include <thread>
 #include <vector>
+
+#include "dcpmla/error.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define DCPMLA_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DCPMLA_TEST_ASAN 1
+#endif
+#endif
 
 namespace dcpmla::cpu {
 namespace {
@@ -111,6 +127,47 @@ TEST(ThreadPool, DestroysCleanlyWithoutJobs) {
     ThreadPool pool(1 + i % 5);
   }
   SUCCEED();
+}
+
+// A child process whose address space leaves room for only some of 1000 threads (8 MiB of stack
+// each): the pool is an error naming `threads`, where its started workers once waited forever on
+// a condition variable the failed constructor destroyed.
+TEST(ThreadPool, ThreadsThatCannotStartAreAnErrorNotAHang) {
+#ifdef DCPMLA_TEST_ASAN
+  GTEST_SKIP() << "AddressSanitizer reserves address space an RLIMIT_AS limit would cut";
+#else
+  long pages = 0;
+  std::ifstream("/proc/self/statm") >> pages;
+  ASSERT_GT(pages, 0);
+  const rlim_t limit = rlim_t(pages) * rlim_t(sysconf(_SC_PAGESIZE)) + (rlim_t(1) << 30);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const rlimit lim{limit, limit};
+    if (setrlimit(RLIMIT_AS, &lim) != 0) _exit(6);
+    try {
+      ThreadPool pool(1000);
+      _exit(4);  // every thread started: the limit did not bite
+    } catch (const Error& e) {
+      _exit(e.argument() == "threads" && e.code() == ErrorCode::backend_failure ? 0 : 3);
+    } catch (...) {
+      _exit(5);
+    }
+  }
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (waitpid(child, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(child, SIGKILL);
+      waitpid(child, &status, 0);
+      FAIL() << "the pool hung when a thread could not start";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  if (WEXITSTATUS(status) == 4) GTEST_SKIP() << "1000 threads started under the limit";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+#endif
 }
 
 }  // namespace

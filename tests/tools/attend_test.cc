@@ -237,6 +237,14 @@ TEST(ToolsAttendCli, MalformedCasesAreRejected) {
        KvForm::latents,
        [](auto& d) { edit_config(d, [](auto& c) { c["world"] = 3; }); },
        {"config.json: heads", "multiple of world 3"}},
+      {"repeated field",
+       KvForm::latents,
+       [](auto& d) {
+         std::string text;
+         std::getline(std::ifstream(d / "config.json"), text, '\0');
+         write_text(d / "config.json", "{\"world\": 1, " + text.substr(1));
+       },
+       {"config.json: world", "a field given once"}},
       {"unknown field",
        KvForm::latents,
        [](auto& d) { edit_config(d, [](auto& c) { c["softmax-scale"] = 1; }); },
@@ -465,6 +473,9 @@ TEST(ToolsCli, EveryBadCommandLineIsOneLineWithStatus2) {
       {"demo --heads 1000000", "--heads (invalid argument): expected a demo that fits"},
       {"demo --max-context 2147483647", "--max-context (invalid argument): expected a demo that"},
       {"demo --dcp", "--dcp (invalid argument): expected a value, got none"},
+      {"demo --dcp 2 --heads 3", "--heads (invalid argument): expected a positive multiple of"},
+      {"demo --interleave 3", "--interleave (invalid argument): expected a divisor of"},
+      {"demo --max-drafts 7 --max-context 3", "--max-context (invalid argument): expected >= 1"},
       {"demo --no-such-option", "--no-such-option (invalid argument)"},
       {"", "command (invalid argument): expected one of demo, check, attend, got none"},
       {"demo --dtype fp9", "--dtype (invalid argument): expected one of"},
