@@ -182,11 +182,9 @@ class Backend {
                              std::int64_t num_tokens, Stream s) = 0;
 
   virtual void write_kv(const KvWriteArgs& args, Stream s) = 0;
-  // Validates args (validate(const DecodeArgs&)), then runs the decode.
-  void decode(const DecodeArgs& args, Stream s) {
-    validate(args);
-    run_decode(args, s);
-  }
+  // Validates args (validate(const DecodeArgs&), a schedule of this backend's,
+  // check_decode), then runs the decode.
+  void decode(const DecodeArgs& args, Stream s);
   virtual void unpack_query(const UnpackQueryArgs& args, Stream s) = 0;
   virtual void combine_rescale(const CombineRescaleArgs& args, Stream s) = 0;
   virtual void combine_pack(const CombinePackArgs& args, Stream s) = 0;
@@ -195,9 +193,15 @@ class Backend {
   virtual void merge_states(const MergeStatesArgs& args, Stream s) = 0;
 
  protected:
-  // The decode of arguments validate() accepted. dcp_step validates a step's arguments once and
-  // calls this directly.
+  // What this backend refuses beyond validate(const DecodeArgs&) (a GPU's alignment and kernel
+  // choice), checked before anything is queued: dcp_step calls it before its first collective, so
+  // a rank never throws while its peers wait for it there.
+  virtual void check_decode(const DecodeArgs& args) const {}
+  // The decode of arguments validate() and check_decode accepted. dcp_step validates a step's
+  // arguments once and calls this directly.
   virtual void run_decode(const DecodeArgs& args, Stream s) = 0;
+  // Throws unless args.schedule (if any) was made on this backend (its memory is this device's).
+  void require_own_schedule(const DecodeArgs& args) const;
   friend void dcp_step(Backend&, Communicator&, DcpWorkspace&, const DcpStepArgs&, Stream);
 };
 

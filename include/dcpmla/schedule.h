@@ -90,12 +90,13 @@ class Schedule {
   // Writes a host plan (made with this schedule's config) with an asynchronous copy on s: no
   // synchronisation (the host waits only if the copy of two updates ago has not run yet). Throws
   // Error, leaving the schedule as it was, when the plan exceeds the capacity or has another
-  // config.
+  // config, or (on a GPU) when s is under stream capture: a captured copy would read staging
+  // memory that later updates rewrite (a graph plans with plan_on_device).
   void update(const Plan& plan, Stream s);
   // Plans a host batch into the schedule: the plan make_plan(batch, config()) makes, its work
   // items written into the schedule's host image as they are made (no Plan copied), then the
   // same asynchronous copy as update. Throws Error, leaving the schedule as it was, when the
-  // batch is invalid or its plan exceeds the capacity.
+  // batch is invalid or its plan exceeds the capacity, or s is under capture (as update).
   void plan(const Batch& batch, Stream s);
   // Plans on the device from batch (device memory): exactly the plan make_plan makes for the
   // same batch and config, or a fault (status) with every decode output poisoned. Nothing is

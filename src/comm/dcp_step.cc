@@ -124,14 +124,17 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
                  "workspace.decode", fmt::format(">= {} bytes", shape.workspace_bytes),
                  std::to_string(ws.decode.bytes()));
   validate(decode);
+  // No DCP: the local query is the whole query and the local result the final one (a merge of
+  // one partial is the identity, bit for bit), so decode straight into out and lse.
+  DecodeArgs direct = decode;
+  direct.q = a.q_local;
+  direct.out = a.out;
+  direct.lse = a.lse;
+  const DecodeArgs& run = W == 1 ? direct : decode;
+  backend.require_own_schedule(run);
+  backend.check_decode(run);
 
   if (W == 1) {
-    // No DCP: the local query is the whole query and the local result the final one (a merge of
-    // one partial is the identity, bit for bit), so decode straight into out and lse.
-    DecodeArgs direct = decode;
-    direct.q = a.q_local;
-    direct.out = a.out;
-    direct.lse = a.lse;
     backend.run_decode(direct, s);
     return;
   }

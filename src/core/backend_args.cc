@@ -186,6 +186,21 @@ void validate(const ConvertArgs& a) {
                  "a non-null buffer", "null");
 }
 
+void Backend::require_own_schedule(const DecodeArgs& args) const {
+  DCPMLA_REQUIRE(args.schedule == nullptr || &args.schedule->backend() == this,
+                 ErrorCode::inconsistent, "schedule",
+                 fmt::format("a schedule made on this backend ({})", name()),
+                 fmt::format("one of another backend ({})",
+                             args.schedule ? args.schedule->backend().name() : ""));
+}
+
+void Backend::decode(const DecodeArgs& args, Stream s) {
+  validate(args);
+  require_own_schedule(args);
+  check_decode(args);
+  run_decode(args, s);
+}
+
 DeviceBuffer::DeviceBuffer(Backend& backend, std::size_t bytes)
     : backend_(&backend), data_(bytes ? backend.allocate(bytes) : nullptr), bytes_(bytes) {}
 

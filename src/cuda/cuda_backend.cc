@@ -35,23 +35,30 @@ bool is_pageable(const void* host) {
 class ScheduleStaging {
  public:
   explicit ScheduleStaging(std::size_t bytes) {
-    for (int i = 0; i < 2; ++i) {
-      DCPMLA_CUDA_CHECK(cudaHostAlloc(&image_[i], bytes, cudaHostAllocDefault));
-      DCPMLA_CUDA_CHECK(cudaEventCreateWithFlags(&copied_[i], cudaEventDisableTiming));
+    try {
+      for (int i = 0; i < 2; ++i) {
+        DCPMLA_CUDA_CHECK(cudaHostAlloc(&image_[i], bytes, cudaHostAllocDefault));
+        DCPMLA_CUDA_CHECK(cudaEventCreateWithFlags(&copied_[i], cudaEventDisableTiming));
+      }
+    } catch (...) {
+      release();  // the destructor of a half-made object does not run
+      throw;
     }
   }
-  ~ScheduleStaging() {
-    // Never throws; a copy still reading an image is waited for first.
-    for (int i = 0; i < 2; ++i) {
-      if (copied_[i]) cudaEventSynchronize(copied_[i]), cudaEventDestroy(copied_[i]);
-      if (image_[i]) cudaFreeHost(image_[i]);
-    }
-  }
+  ~ScheduleStaging() { release(); }
   ScheduleStaging(const ScheduleStaging&) = delete;
   ScheduleStaging& operator=(const ScheduleStaging&) = delete;
 
   // The image in turn is written (write may throw before writing: the device copy is untouched).
   void write(const ScheduleImageWriter& write, void* device, cudaStream_t s) {
+    // A captured copy would read the pinned image at every replay, long after later updates
+    // rewrote it: a graph plans on the device (plan_on_device) instead.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    DCPMLA_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+    DCPMLA_REQUIRE(capture == cudaStreamCaptureStatusNone, ErrorCode::unsupported, "stream",
+                   "a stream not under capture for Schedule::update and Schedule::plan (a CUDA "
+                   "graph plans with plan_on_device)",
+                   "a stream under capture");
     const int k = next_;
     DCPMLA_CUDA_CHECK(cudaEventSynchronize(copied_[k]));
     auto* image = static_cast<std::byte*>(image_[k]);
@@ -62,6 +69,17 @@ class ScheduleStaging {
   }
 
  private:
+  // Never throws; a copy still reading an image is waited for first.
+  void release() {
+    for (int i = 0; i < 2; ++i) {
+      if (copied_[i]) cudaEventSynchronize(copied_[i]), cudaEventDestroy(copied_[i]);
+      if (image_[i]) cudaFreeHost(image_[i]);
+      copied_[i] = nullptr;
+      image_[i] = nullptr;
+    }
+    cudaGetLastError();  // a failure here must not be reported by the next launch
+  }
+
   void* image_[2] = {nullptr, nullptr};
   cudaEvent_t copied_[2] = {nullptr, nullptr};
   int next_ = 0;
@@ -84,6 +102,7 @@ class CudaBackend final : public Backend {
     cudaSetDevice(device_);
     if (eager_used_) cudaEventSynchronize(eager_used_), cudaEventDestroy(eager_used_);
     eager_.reset();
+    cudaGetLastError();
   }
 
   std::string name() const override { return "cuda"; }
@@ -100,6 +119,7 @@ class CudaBackend final : public Backend {
     if (!p) return;
     cudaSetDevice(device_);
     cudaFree(p);
+    cudaGetLastError();  // a failure here must not be reported by the next launch
   }
   void upload(void* dst, const void* host_src, std::size_t bytes, Stream s) override {
     use_device();
@@ -177,6 +197,9 @@ class CudaBackend final : public Backend {
   }
 
  protected:
+  void check_decode(const DecodeArgs& a) const override {
+    cuda::check_decode(a, a.schedule ? a.schedule->config() : a.plan->config, rounds_);
+  }
   void run_decode(const DecodeArgs& a, Stream s) override {
     use_device();
     if (a.schedule) return cuda::decode(a, *a.schedule, rounds_, as_stream(s));
@@ -206,7 +229,13 @@ class CudaBackend final : public Backend {
       DCPMLA_CUDA_CHECK(cudaStreamWaitEvent(s, eager_used_, 0));
     }
     eager_->update(plan, s);
-    cuda::decode(a, *eager_, rounds_, s);
+    try {
+      cuda::decode(a, *eager_, rounds_, s);
+    } catch (...) {
+      // The update's copy is queued: the next eager decode waits for it before rewriting.
+      cudaEventRecord(eager_used_, s);
+      throw;
+    }
     DCPMLA_CUDA_CHECK(cudaEventRecord(eager_used_, s));
   }
 
@@ -230,13 +259,14 @@ bool cuda_available() {
       return false;
     }
     int current = 0;
-    if (cudaGetDevice(&current) != cudaSuccess || cudaSetDevice(0) != cudaSuccess ||
-        cuda::probe_kernels() != cudaSuccess) {
+    if (cudaGetDevice(&current) != cudaSuccess) {
       cudaGetLastError();
       return false;
     }
-    cudaSetDevice(current);
-    return true;
+    const bool ok = cudaSetDevice(0) == cudaSuccess && cuda::probe_kernels() == cudaSuccess;
+    cudaSetDevice(current);  // no side effect on the caller's device, whatever the answer
+    cudaGetLastError();
+    return ok;
   } catch (...) {
     return false;
   }

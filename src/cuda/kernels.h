@@ -23,6 +23,9 @@ void write_kv(const KvWriteArgs& args, cudaStream_t s);
 // rounds: which launches the round decode takes (the backend's rounds_by_default(), read once
 // when it was made).
 void decode(const DecodeArgs& args, const Schedule& schedule, Rounds rounds, cudaStream_t s);
+// What decode refuses before it queues anything (the tile size, the pointers' alignment, a
+// kernel for the configuration), for the plan's or schedule's config; returns the kernel.
+DecodeKernelChoice check_decode(const DecodeArgs& args, const PlanConfig& config, Rounds rounds);
 
 // plan/device_planner.cu: plans `batch` into the schedule's memory on s (Schedule checked it).
 void plan_on_device(Schedule& schedule, const DeviceBatchRef& batch, std::int64_t num_tokens,

@@ -28,10 +28,13 @@ NcclLocalGroup::NcclLocalGroup(std::vector<int> devices) : devices_(std::move(de
 
   handles_.assign(devices_.size(), nullptr);
   {
+    // ncclCommInitAll switches devices as it goes: the caller's current device is restored
+    // whatever it returns (a DeviceScope of the current device would restore nothing).
     int current = 0;
     DCPMLA_NCCL_CUDA_CHECK(cudaGetDevice(&current));
-    nccl::DeviceScope keep(current);  // ncclCommInitAll switches devices as it goes
-    DCPMLA_NCCL_CHECK(ncclCommInitAll(handles_.data(), world(), devices_.data()), nullptr);
+    const ncclResult_t made = ncclCommInitAll(handles_.data(), world(), devices_.data());
+    cudaSetDevice(current);
+    nccl::check_nccl(made, "ncclCommInitAll(handles_.data(), world(), devices_.data())", nullptr);
   }
   try {
     for (ncclComm_t h : handles_) communicators_.push_back(NcclCommunicator::wrap(h));

@@ -821,7 +821,11 @@ TEST(Validation, DecodeTakesExactlyOneOfPlanAndSchedule) {
   a.schedule = &unwritten;
   expect_error([&] { backend->decode(a, nullptr); }, ErrorCode::invalid_argument, "schedule");
   EXPECT_TRUE(s.outputs_untouched());
+  // A schedule lives in its backend's memory: another backend (another GPU) does not take it.
   a.schedule = &schedule;
+  auto other = make_cpu_backend(1);
+  expect_error([&] { other->decode(a, nullptr); }, ErrorCode::inconsistent, "schedule");
+  EXPECT_TRUE(s.outputs_untouched());
   EXPECT_NO_THROW(backend->decode(a, nullptr));
 }
 

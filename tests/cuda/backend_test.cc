@@ -536,6 +536,21 @@ TEST(CudaBackend, StreamsAndGraphCapture) {
   if (discarded) cudaGraphDestroy(discarded);
   cudaGetLastError();
 
+  // A schedule's update under capture: refused with Error(unsupported, "stream") (its copy would
+  // read the pinned staging image at every replay, after later updates rewrote it).
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  try {
+    sched.update(plan, s);
+    ADD_FAILURE() << "a schedule update under capture was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported);
+    EXPECT_EQ(e.argument(), "stream");
+  }
+  discarded = nullptr;
+  cudaStreamEndCapture(s, &discarded);
+  if (discarded) cudaGraphDestroy(discarded);
+  cudaGetLastError();
+
   // The schedule's decode captured and replayed: the eager bits.
   sched.update(plan, s);
   args.plan = nullptr;

@@ -29,29 +29,34 @@ bool is_capturing(cudaStream_t s) {
 
 }  // namespace
 
-void decode(const DecodeArgs& a, const Schedule& schedule, Rounds rounds, cudaStream_t s) {
-  const PlanConfig& config = schedule.config();
-  const Schedule::HostView& host = schedule.host_view();
-  const ScheduleCapacity& cap = schedule.capacity();
-  const int H = config.num_heads;
-  const int bs = config.block_size;
+DecodeKernelChoice check_decode(const DecodeArgs& a, const PlanConfig& config, Rounds rounds) {
   DCPMLA_REQUIRE(config.model.tile_pairs == kTilePairs, ErrorCode::unsupported,
                  "plan.config.model.tile_pairs",
                  fmt::format("{} (the CUDA backend's device_model())", kTilePairs),
                  std::to_string(config.model.tile_pairs));
   require_aligned(a.q.data, "q");
-  const bool into_send = decodes_into_send(a);
-  if (into_send) {
+  if (decodes_into_send(a)) {
     require_aligned(a.send.data, "send", 4);  // packed rows are 4-byte aligned at best
   } else {
     require_aligned(a.out.data, "out");
   }
   require_aligned(a.cache.data, "cache.data");
   if (a.workspace.bytes() > 0) require_aligned(a.workspace.data, "workspace");
-  const DecodeKernelChoice kernel =
-      select_decode_kernel({a.q.dtype, a.cache.dtype, H, bs, kTilePairs, rounds});
+  const DecodeKernelChoice kernel = select_decode_kernel(
+      {a.q.dtype, a.cache.dtype, config.num_heads, config.block_size, kTilePairs, rounds});
   DCPMLA_REQUIRE(kernel.supported(), ErrorCode::unsupported, "decode",
                  "a configuration a CUDA kernel runs", kernel.why_not);
+  return kernel;
+}
+
+void decode(const DecodeArgs& a, const Schedule& schedule, Rounds rounds, cudaStream_t s) {
+  const PlanConfig& config = schedule.config();
+  const Schedule::HostView& host = schedule.host_view();
+  const ScheduleCapacity& cap = schedule.capacity();
+  const int H = config.num_heads;
+  const int bs = config.block_size;
+  const bool into_send = decodes_into_send(a);
+  const DecodeKernelChoice kernel = check_decode(a, config, rounds);
 
   // A plan known only on the device, or one a graph will replay others in place of, is launched
   // for the schedule's capacity (blocks past the header's counts exit); an eager host plan for
