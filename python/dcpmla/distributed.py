@@ -10,6 +10,11 @@ Shapes (N query rows, H heads of the whole step, W ranks, Hl = H / W heads a ran
 
 The merge runs in fp32; a row and head whose LSE is -inf on every rank comes out O = 0,
 LSE = -inf; a NaN or +inf LSE on any rank makes that row and head O = NaN, LSE = NaN.
+
+Every rank of the group calls with the same N, H and dtypes, as for any collective. Arguments are
+checked before the first collective, so ranks given the same bad arguments raise together; a rank
+whose arguments differ from its peers' (or that raises alone) leaves them waiting in the
+collective until the group's timeout, or the backend aborts.
 """
 
 import torch
@@ -22,7 +27,16 @@ _OUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _world(group):
-    return dist.get_world_size(group)
+    world = dist.get_world_size(group)
+    if world < 1:
+        raise argument_error(
+            ValueError,
+            "group",
+            "invalid argument",
+            "a process group this rank belongs to",
+            f"world size {world} (this rank is not a member)",
+        )
+    return world
 
 
 def _check_tensor(tensor, argument, dtypes, rank):
@@ -41,6 +55,24 @@ def _check_tensor(tensor, argument, dtypes, rank):
         )
 
 
+def _check_width(tensor, argument, width, layout):
+    if tensor.shape[-1] != width:
+        raise argument_error(
+            ValueError, argument, "shape mismatch", f"shape {layout}", tuple(tensor.shape)
+        )
+
+
+def _check_same_device(tensor, argument, other, other_argument):
+    if tensor.device != other.device:
+        raise argument_error(
+            ValueError,
+            argument,
+            "invalid argument",
+            f"a tensor on {other_argument}'s device {other.device}",
+            tensor.device,
+        )
+
+
 def _check_heads(heads, world, argument):
     if heads % world != 0:
         raise argument_error(
@@ -56,6 +88,7 @@ def dcp_gather_heads(q_local, group=None):
     """All-gather of the query over heads: q_local [N, Hl, 576] on every rank -> [N, W * Hl, 576]
     (q_local's dtype), rank r's heads at [r * Hl, (r + 1) * Hl)."""
     _check_tensor(q_local, "q_local", _OUT_DTYPES, 3)
+    _check_width(q_local, "q_local", 576, "[N, Hl, 576]")
     world = _world(group)
     if world == 1:
         return q_local
@@ -110,6 +143,8 @@ def dcp_combine(out, lse, group=None, mode="ag_rs", *, return_lse=False):
     """
     _check_tensor(out, "out", _OUT_DTYPES, 3)
     _check_tensor(lse, "lse", (torch.float32,), 2)
+    _check_width(out, "out", 512, "[N, H, 512]")
+    _check_same_device(lse, "lse", out, "out")
     if mode not in COMBINE_MODES:
         raise argument_error(ValueError, "mode", "invalid value", " or ".join(COMBINE_MODES), mode)
     n, heads, dim = out.shape

@@ -106,6 +106,17 @@ def _edge_cases(rank, world):
         dcpmla.dcp_combine(out, lse.double())
     with pytest.raises(ValueError, match=r"^q_local \(shape mismatch\)"):
         dcpmla.dcp_gather_heads(torch.zeros(3, 576))
+    with pytest.raises(ValueError, match=r"^q_local \(shape mismatch\).*576"):
+        dcpmla.dcp_gather_heads(torch.zeros(3, 2, 512))
+    with pytest.raises(ValueError, match=r"^out \(shape mismatch\).*512"):
+        dcpmla.dcp_combine(torch.zeros(n, heads, 7), lse)
+    with pytest.raises(ValueError, match=r"^lse \(invalid argument\).*device"):
+        dcpmla.dcp_combine(out, lse.to("meta"))
+    # A group this rank is not in (every rank creates it; only rank 0 joins).
+    outside = torch.distributed.new_group([0])
+    if rank != 0:
+        with pytest.raises(ValueError, match=r"^group \(invalid argument\).*not a member"):
+            dcpmla.dcp_combine(out, lse, group=outside)
 
 
 def _rank_checks(rank, world):

@@ -1,13 +1,15 @@
 """python -m dcpmla.serve (console script dcpmla-serve): serve a seeded DeepSeek-V3-shaped model
 through dcpmla and check its tokens against transformers' greedy decoding of the same weights.
 
-Exit status: 0 when every served token agrees with the oracle where the oracle's margin exceeds
---margin-delta, 1 when one does not (a negative control is expected to give 1), 2 on bad
-arguments."""
+Exit status: 0 when every compared token agrees with the oracle where the oracle's margin exceeds
+--margin-delta (a request is compared up to its first divergence: after a flip below the delta
+the two sequences differ), 1 when one does not (a negative control is expected to give 1), 2 on
+bad arguments, 3 when the run fails otherwise."""
 
 import argparse
 import json
 import sys
+import traceback
 
 from dcpmla.serve.config import ServeConfig
 
@@ -132,6 +134,7 @@ def main(argv=None):
         from dcpmla.serve.launch import collective_backend
         from dcpmla.serve.step_graphs import cuda_graphs_choice
 
+        _require_cuda(config)
         cuda_graphs_choice(config, collective_backend(config))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -139,9 +142,28 @@ def main(argv=None):
     from dcpmla.serve.launch import serve
     from dcpmla.serve.report import plot_step_times, write_report
 
-    report = serve(config)
-    write_report(report, args.report)
-    if args.plot:
-        plot_step_times(report, args.plot)
+    # A run that fails is not a disagreement: exit 1 is what a negative control must give.
+    try:
+        report = serve(config)
+        write_report(report, args.report)
+        if args.plot:
+            plot_step_times(report, args.plot)
+    except Exception:
+        traceback.print_exc()
+        print("error: the run failed (exit status 3; see above)", file=sys.stderr)
+        return 3
     print(summary(report))
     return 0 if report["agreement"]["passed"] else 1
+
+
+def _require_cuda(config):
+    """ValueError naming device when device is cuda and torch sees no GPU."""
+    if config.device != "cuda":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError(
+            "device (unavailable): expected a CUDA device for --device cuda, got none "
+            "(torch.cuda.is_available() is False)"
+        )

@@ -1,9 +1,11 @@
 """What a serving run is: the model, the DCP world, speculative decoding, the workload, the
 engine's limits, the dtypes, the negative controls and where the report goes."""
 
+import math
 from dataclasses import asdict, dataclass
 
 from dcpmla.serve.attention import CACHE_DTYPES, QUERY_DTYPES
+from dcpmla.serve.kv_cache import blocks_needed
 from dcpmla.serve.model_config import VARIANT_HEADS
 
 COMBINES = ("ag_rs", "a2a")
@@ -60,65 +62,115 @@ class ServeConfig:
         return asdict(self)
 
     def validate(self):
-        """Raises ValueError naming the first bad field (expected and found)."""
+        """Raises ValueError naming the first bad field (expected and found). Each check runs only
+        once the ones before it passed (the world divides the heads once it is >= 1), and so is
+        its message."""
+        heads = VARIANT_HEADS.get(self.variant)
         checks = [
-            ("variant", self.variant in VARIANT_HEADS, " or ".join(VARIANT_HEADS)),
-            ("combine", self.combine in COMBINES, " or ".join(COMBINES)),
-            ("device", self.device in DEVICES, " or ".join(DEVICES)),
-            ("decode", self.decode in DECODES, " or ".join(DECODES)),
+            ("variant", lambda: self.variant in VARIANT_HEADS, " or ".join(VARIANT_HEADS)),
+            ("combine", lambda: self.combine in COMBINES, " or ".join(COMBINES)),
+            ("device", lambda: self.device in DEVICES, " or ".join(DEVICES)),
+            ("decode", lambda: self.decode in DECODES, " or ".join(DECODES)),
             (
                 "decode",
-                self.device == "cpu" or self.decode == "torch",
+                lambda: self.device == "cpu" or self.decode == "torch",
                 "torch on a GPU (the numpy path runs on the CPU)",
             ),
-            ("cuda_graphs", self.cuda_graphs in (None, True, False), "None (auto), True or False"),
             (
                 "cuda_graphs",
-                self.cuda_graphs is not True or (self.device, self.decode) == ("cuda", "torch"),
+                lambda: self.cuda_graphs in (None, True, False),
+                "None (auto), True or False",
+            ),
+            (
+                "cuda_graphs",
+                lambda: (
+                    self.cuda_graphs is not True or (self.device, self.decode) == ("cuda", "torch")
+                ),
                 f"auto or off with device {self.device!r} and decode {self.decode!r} (graphs "
                 "capture the torch decode on a GPU: device 'cuda', decode 'torch')",
             ),
             (
                 "cuda_graphs",
-                self.cuda_graphs is not True or self.max_capture_size or self.capture_sizes,
+                lambda: self.cuda_graphs is not True or self.max_capture_size or self.capture_sizes,
                 "auto or off without capture sizes (set max_capture_size or capture_sizes)",
             ),
-            ("q_dtype", self.q_dtype in QUERY_DTYPES, " or ".join(QUERY_DTYPES)),
-            ("kv_dtype", self.kv_dtype in CACHE_DTYPES, " or ".join(CACHE_DTYPES)),
-            ("num_layers", self.num_layers >= 1, ">= 1"),
-            ("world", self.world >= 1, ">= 1"),
-            (
-                "world",
-                VARIANT_HEADS.get(self.variant, 1) % self.world == 0,
-                f"a divisor of the {VARIANT_HEADS.get(self.variant)} heads",
-            ),
-            ("max_drafts", self.max_drafts >= 0, ">= 0"),
-            ("draft_corruption", 0.0 <= self.draft_corruption <= 1.0, "in [0, 1]"),
-            ("num_requests", self.num_requests >= 1, ">= 1"),
+            ("q_dtype", lambda: self.q_dtype in QUERY_DTYPES, " or ".join(QUERY_DTYPES)),
+            ("kv_dtype", lambda: self.kv_dtype in CACHE_DTYPES, " or ".join(CACHE_DTYPES)),
+            ("num_layers", lambda: self.num_layers >= 1, ">= 1"),
+            ("hidden_size", lambda: self.hidden_size >= 1, ">= 1"),
+            # Two tokens at least: the oracle's margin is between the top two logits.
+            ("vocab_size", lambda: self.vocab_size >= 2, ">= 2"),
+            ("init_std", lambda: 0 <= self.init_std < math.inf, "finite and >= 0"),
+            ("seed", lambda: self.seed >= 0, ">= 0"),
+            ("world", lambda: self.world >= 1, ">= 1"),
+            ("world", lambda: heads % self.world == 0, f"a divisor of the {heads} heads"),
+            ("max_drafts", lambda: self.max_drafts >= 0, ">= 0"),
+            ("draft_corruption", lambda: 0.0 <= self.draft_corruption <= 1.0, "in [0, 1]"),
+            ("num_requests", lambda: self.num_requests >= 1, ">= 1"),
             (
                 "prompt_len",
-                len(self.prompt_len) == 2 and 1 <= self.prompt_len[0] <= self.prompt_len[1],
+                lambda: len(self.prompt_len) == 2 and 1 <= self.prompt_len[0] <= self.prompt_len[1],
                 "(min, max) with 1 <= min <= max",
             ),
-            ("max_new_tokens", self.max_new_tokens >= 1, ">= 1"),
-            ("arrival_gap", self.arrival_gap >= 0, ">= 0"),
-            ("block_size", self.block_size >= 1, ">= 1"),
+            ("max_new_tokens", lambda: self.max_new_tokens >= 1, ">= 1"),
+            ("arrival_gap", lambda: self.arrival_gap >= 0, ">= 0"),
+            ("block_size", lambda: self.block_size >= 1, ">= 1"),
             (
                 "interleave",
-                self.interleave >= 1 and self.block_size % self.interleave == 0,
+                lambda: self.interleave >= 1 and self.block_size % self.interleave == 0,
                 f"a divisor of block_size {self.block_size}",
             ),
-            ("capture_sizes", all(s >= 1 for s in self.capture_sizes), "sizes >= 1"),
-            ("num_blocks", self.num_blocks >= 1, ">= 1"),
-            ("max_running", self.max_running >= 1, ">= 1"),
-            ("max_batch_tokens", self.max_batch_tokens >= 1 + self.max_drafts, ">= 1 + max_drafts"),
-            ("max_capture_size", self.max_capture_size >= 0, ">= 0"),
-            ("k_scale", self.k_scale > 0, "> 0"),
-            ("margin_delta", self.margin_delta >= 0, ">= 0"),
+            ("capture_sizes", lambda: all(s >= 1 for s in self.capture_sizes), "sizes >= 1"),
+            ("num_blocks", lambda: self.num_blocks >= 1, ">= 1"),
+            ("max_running", lambda: self.max_running >= 1, ">= 1"),
+            (
+                "max_batch_tokens",
+                lambda: self.max_batch_tokens >= 1 + self.max_drafts,
+                ">= 1 + max_drafts",
+            ),
+            ("max_capture_size", lambda: self.max_capture_size >= 0, ">= 0"),
+            (
+                "num_blocks",
+                lambda: self._longest_request_blocks() <= self.num_blocks,
+                lambda: (
+                    "the blocks of the longest request on rank 0 (prompt_len max + "
+                    f"max_new_tokens + max_drafts tokens: {self._longest_request_blocks()} blocks)"
+                ),
+            ),
+            (
+                "num_blocks",
+                lambda: self._warmup_blocks() <= self.num_blocks,
+                lambda: (
+                    "the blocks of the largest warm-up batch (max_capture_size / "
+                    f"capture_sizes: {self._warmup_blocks()} blocks)"
+                ),
+            ),
+            ("k_scale", lambda: 0 < self.k_scale < math.inf, "finite and > 0"),
+            (
+                "k_scale",
+                lambda: self.kv_dtype == "fp8" or self.k_scale == 1,
+                f"1 with kv_dtype {self.kv_dtype!r} (it scales fp8 caches only)",
+            ),
+            ("margin_delta", lambda: self.margin_delta >= 0, ">= 0"),
         ]
         for name, ok, expected in checks:
-            if not ok:
+            if not ok():
+                expected = expected() if callable(expected) else expected
                 raise ValueError(
                     f"{name} (invalid value): expected {expected}, got {getattr(self, name)!r}"
                 )
         return self
+
+    def _blocks(self, total_len):
+        return blocks_needed(total_len, self.world, self.block_size, self.interleave)
+
+    def _longest_request_blocks(self):
+        return self._blocks(self.prompt_len[1] + self.max_new_tokens + self.max_drafts)
+
+    def _warmup_blocks(self):
+        from dcpmla.serve.warmup import capture_sizes, warmup_q_lens
+
+        sizes = capture_sizes(self)
+        if not sizes:
+            return 0
+        return sum(self._blocks(q) for q in warmup_q_lens(max(sizes), self.max_drafts))

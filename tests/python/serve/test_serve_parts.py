@@ -99,6 +99,46 @@ def test_config_errors_name_the_field():
         ServeConfig(kv_dtype="fp16").validate()
     with pytest.raises(ValueError, match=r"^max_batch_tokens"):
         ServeConfig(max_drafts=7, max_batch_tokens=4).validate()
+    # Each check runs once those before it passed: no ZeroDivisionError for world 0.
+    with pytest.raises(ValueError, match=r"^world \(invalid value\): expected >= 1, got 0"):
+        ServeConfig(world=0).validate()
+    bad = {
+        "hidden_size": dict(hidden_size=0),
+        "vocab_size": dict(vocab_size=1),
+        "init_std": dict(init_std=float("nan")),
+        "seed": dict(seed=-1),
+        "k_scale": dict(k_scale=4.0),  # an fp32 cache
+    }
+    for field, change in bad.items():
+        with pytest.raises(ValueError, match=rf"^{field} \(invalid value\)"):
+            ServeConfig(**change).validate()
+    with pytest.raises(ValueError, match=r"^k_scale \(invalid value\): expected finite"):
+        ServeConfig(kv_dtype="fp8", k_scale=float("inf")).validate()
+    # The longest request (40 + 24 + 3 tokens: 5 blocks of 16) and the largest warm-up batch
+    # (64 tokens in 16 requests of 4: 16 blocks) must fit the pool.
+    with pytest.raises(ValueError, match=r"^num_blocks \(invalid value\).*longest request"):
+        ServeConfig(num_blocks=4).validate()
+    with pytest.raises(ValueError, match=r"^num_blocks \(invalid value\).*warm-up.*16 blocks"):
+        ServeConfig(num_blocks=15, max_capture_size=64).validate()
+    ServeConfig(num_blocks=16, max_capture_size=64).validate()
+
+
+def test_cli_exit_statuses(capsys, monkeypatch):
+    from dcpmla.serve import cli
+
+    assert cli.main(["--world", "0"]) == 2
+    assert "world (invalid value)" in capsys.readouterr().err
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert cli.main(["--device", "cuda", "--decode", "torch"]) == 2
+    assert "device (unavailable)" in capsys.readouterr().err
+
+    # A run that fails (not a disagreement with the oracle) exits 3, never 1.
+    def fail(config):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr("dcpmla.serve.launch.serve", fail)
+    assert cli.main([]) == 3
+    assert "out of memory" in capsys.readouterr().err
 
 
 def test_cli_help_prints_every_option(capsys):

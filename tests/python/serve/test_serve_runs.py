@@ -118,7 +118,7 @@ def test_requests_wait_for_blocks_and_are_preempted(oracle):
     _assert_agrees(tight)
     assert tight["throughput"]["steps"] > roomy["throughput"]["steps"]
     assert tight["throughput"]["preemptions"] > 0 == roomy["throughput"]["preemptions"]
-    with pytest.raises(RuntimeError, match=r"^num_blocks \(too small\)"):
+    with pytest.raises(ValueError, match=r"^num_blocks \(invalid value\).*longest request"):
         _serve(oracle, block_size=8, num_blocks=2)
 
 
