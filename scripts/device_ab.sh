@@ -14,7 +14,7 @@
 # shape only: --bench-args "--shape B,L,H,Q". The validation has 390 s, its steps capped to end
 # within them (device_gpu.sh's DCPMLA_TIME_LIMIT_S): with its Python steps (~200 s) the last
 # sanitizer steps run short, so pass DCPMLA_PYTHON=0 where the Python package did not change.
-# The GPU machine returns at most 8 files, so all but summary.txt and ab_summary.txt end in
+# A remote run may bring back only a few files, so all but summary.txt and ab_summary.txt end in
 # runs.tar.gz.
 #
 #   run (from the repository root): scripts/device_ab.sh DIR [--validate V] [--reps N]

@@ -2,7 +2,7 @@
 # The serving harness on a GPU machine: python -m dcpmla.serve with the model on the GPU and the
 # decode through BatchMLADecodeWrapper, for W = 1 (speculation on and off) with CUDA graphs
 # captured at warm-up for capture sizes 1..64 (and the same run eagerly, whose tokens must be the
-# same), the seed's W = 2, K = 7 with warm-up through capture sizes 1..64, W = 4, the 96-head
+# same), the start-up failure's W = 2, K = 7 (README) with warm-up through capture sizes 1..64, W = 4, the 96-head
 # model at W = 8 with an fp8 cache, and batch 64 with 7 drafts (W = 1 with graphs up to 512 rows,
 # and W = 2). Ranks beyond the GPUs run simulated on them (one process each, gloo, collectives
 # through the host), eagerly: a graph cannot capture collectives staged through the host. Uses

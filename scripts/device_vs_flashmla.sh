@@ -7,9 +7,9 @@
 # build logs.
 #
 # FLASHMLA_DIR is a FlashMLA source tree (CUTLASS in csrc/cutlass) with a setup_dense.py at its
-# top that builds the dense sm90 decode only; shared/tools/flashmla/assemble.sh makes one from
-# git mirrors of FlashMLA and CUTLASS. It is not part of this repository: keep it in the ignored
-# .flashmla/ and take it along to the GPU machine. FLASHMLA_COMMIT is recorded with the results;
+# top that builds the dense sm90 decode only; scripts/flashmla_source.sh makes one from git
+# clones or mirrors of FlashMLA and CUTLASS in the ignored .flashmla/, to take along to the GPU
+# machine. FLASHMLA_COMMIT is recorded with the results;
 # so is DCPMLA_COMMIT (default: git describe --always --dirty). VS_FLASHMLA_ARGS adds options to
 # vs_flashmla.py (e.g. "--rounds 2").
 #

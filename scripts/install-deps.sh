@@ -2,7 +2,7 @@
 # Installs what dcpmla needs to build and test on Debian (as root, or through sudo): Debian
 # packages with apt, then the Python packages of the Python module and its tests with pip.
 # Skips apt and pip entirely when everything is already there. CUDA is optional: with nvcc on
-# PATH (or at /usr/local/cuda/bin) the CUDA backend is built as well.
+# PATH the CUDA backend is built as well.
 set -euo pipefail
 sudo_cmd=""
 [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
