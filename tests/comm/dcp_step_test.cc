@@ -216,7 +216,6 @@ TEST(DcpStep, WorkspaceIsReusableAcrossBatches) {
       custom_scenario(spec, {3}, {3}, {}, 4),
       custom_scenario(spec, {2, 2, 5}, {300, 17, 60}, {Mask::causal, Mask::full, Mask::causal}),
   };
-  for (std::size_t s = 0; s < steps.size(); ++s) steps[s].spec.seed = 30 + s;
   for (Combine c : {Combine::ag_rs, Combine::a2a}) {
     const testing::PlanChoice lim{.kv_chunk_blocks = 1};
     const auto reused = run_steps(steps, c, lim, DType::f32, 16, 1 << 22);

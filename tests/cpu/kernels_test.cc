@@ -215,11 +215,14 @@ Partials make_partials(int W, int N, int H, std::uint64_t seed) {
       for (int d = 0; d < kLatentDim; ++d) p.out[i * kLatentDim + d] = kNaN;
     }
   }
-  // one (row, head) empty on every rank
+  // (row 0, head 0) empty on every rank (O = 0, LSE = -inf, its NaN payloads never read); with
+  // two heads or more, (row 0, head 1) empty on the even ranks and NaN on the odd ones.
   for (int w = 0; w < W; ++w) {
-    const std::size_t i = (std::size_t(w) * N + 0) * H + 0;
-    p.lse[i] = w % 2 ? kNaN : -kInf;
-    for (int d = 0; d < kLatentDim; ++d) p.out[i * kLatentDim + d] = kNaN;
+    for (int h = 0; h < std::min(H, 2); ++h) {
+      const std::size_t i = (std::size_t(w) * N + 0) * H + h;
+      p.lse[i] = h == 1 && w % 2 ? kNaN : -kInf;
+      for (int d = 0; d < kLatentDim; ++d) p.out[i * kLatentDim + d] = kNaN;
+    }
   }
   return p;
 }

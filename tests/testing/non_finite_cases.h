@@ -76,8 +76,9 @@ inline bool reads(const Scenario& sc, const Corruption& c, std::int64_t row, int
   const Batch& b = sc.batch;
   const int begin = b.query_start_loc[c.request], q = b.q_len(c.request);
   if (row < begin || row >= begin + q) return false;
-  const std::int64_t bound =
-      row_global_bound(b.total_len[c.request], q, int(row - begin), b.mask_of(c.request));
+  // SPEC section 3 written out (not the library's row_global_bound).
+  const std::int64_t T = b.total_len[c.request], j = row - begin;
+  const std::int64_t bound = b.mask_of(c.request) == Mask::full ? T : T - q + 1 + j;
   return c.position < bound;
 }
 
