@@ -194,9 +194,9 @@ class Backend {
 
  protected:
   // What this backend refuses beyond validate(const DecodeArgs&) (a GPU's alignment and kernel
-  // choice), checked before anything is queued: dcp_step calls it before its first collective, so
-  // a rank never throws while its peers wait for it there.
-  virtual void check_decode(const DecodeArgs& args) const {}
+  // choice, a host plan on a stream under capture), checked before anything is queued: dcp_step
+  // calls it before its first collective, so a rank never throws while its peers wait for it there.
+  virtual void check_decode(const DecodeArgs& args, Stream s) const {}
   // The decode of arguments validate() and check_decode accepted. dcp_step validates a step's
   // arguments once and calls this directly.
   virtual void run_decode(const DecodeArgs& args, Stream s) = 0;

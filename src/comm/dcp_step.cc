@@ -132,7 +132,7 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
   direct.lse = a.lse;
   const DecodeArgs& run = W == 1 ? direct : decode;
   backend.require_own_schedule(run);
-  backend.check_decode(run);
+  backend.check_decode(run, s);
 
   if (W == 1) {
     backend.run_decode(direct, s);

@@ -197,7 +197,7 @@ void Backend::require_own_schedule(const DecodeArgs& args) const {
 void Backend::decode(const DecodeArgs& args, Stream s) {
   validate(args);
   require_own_schedule(args);
-  check_decode(args);
+  check_decode(args, s);
   run_decode(args, s);
 }
 

@@ -197,7 +197,8 @@ class CudaBackend final : public Backend {
   }
 
  protected:
-  void check_decode(const DecodeArgs& a) const override {
+  void check_decode(const DecodeArgs& a, Stream s) const override {
+    if (!a.schedule) require_not_capturing(as_stream(s));
     cuda::check_decode(a, a.schedule ? a.schedule->config() : a.plan->config, rounds_);
   }
   void run_decode(const DecodeArgs& a, Stream s) override {
@@ -209,12 +210,16 @@ class CudaBackend final : public Backend {
  private:
   // An eager plan runs from a schedule of the backend's, grown to fit; the previous eager decode
   // (maybe on another stream) finishes reading it before it is rewritten.
-  void run_eager(const DecodeArgs& a, const Plan& plan, cudaStream_t s) {
+  // A host plan runs from the backend's eager schedule, written by a host copy: not capturable.
+  static void require_not_capturing(cudaStream_t s) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     DCPMLA_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
     DCPMLA_REQUIRE(capture == cudaStreamCaptureStatusNone, ErrorCode::unsupported, "plan",
                    "a Schedule (DecodeArgs::schedule) for a decode captured in a CUDA graph",
                    "a host plan under stream capture");
+  }
+  void run_eager(const DecodeArgs& a, const Plan& plan, cudaStream_t s) {
+    require_not_capturing(s);
     if (!eager_used_) {
       DCPMLA_CUDA_CHECK(cudaEventCreateWithFlags(&eager_used_, cudaEventDisableTiming));
     }
