@@ -62,6 +62,9 @@ TEST(CudaDecodeEmulation, EveryInstantiationMatchesCpuBackend) {
         const double tol = out == DType::bf16 ? 2e-2 : 1e-4;
         testing::expect_rows_close(got, want, tol, 1e-4);
         if (HasFatalFailure()) return;
+        // And against the double-precision oracle, independent of the CPU backend.
+        testing::expect_rank_matches_reference(sc, rank, got.out, got.lse, tol, 2e-4);
+        if (HasFatalFailure()) return;
       }
     }
   }

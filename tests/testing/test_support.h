@@ -275,6 +275,48 @@ inline bool row_is_empty(const std::vector<float>& out, const std::vector<float>
   return true;
 }
 
+// One rank's decode result (out [rows, H, 512], lse [rows, H], floats) against local_reference
+// in double: every real (row, head) within the absolute tolerances, or exactly O = 0,
+// LSE = -inf where the row sees no key on the rank; padding rows exactly O = 0, LSE = -inf.
+// The row's bound is SPEC section 3 written out, not the library's row_global_bound.
+inline void expect_rank_matches_reference(const testing::Scenario& sc, int rank,
+                                          const std::vector<float>& out,
+                                          const std::vector<float>& lse, double out_tol,
+                                          double lse_tol) {
+  const Batch& batch = sc.batch;
+  const int H = sc.spec.heads;
+  for (int b = 0; b < batch.num_requests(); ++b) {
+    const int Q = batch.q_len(b);
+    const std::int64_t T = batch.total_len[b];
+    for (int j = 0; j < Q; ++j) {
+      const std::int64_t row = batch.query_start_loc[b] + j;
+      const std::int64_t bound = batch.mask_of(b) == Mask::full ? T : T - Q + 1 + j;
+      for (int h = 0; h < H; ++h) {
+        const LocalRef want = local_reference(sc, rank, b, row, h, bound);
+        const std::size_t rh = std::size_t(row) * H + h;
+        if (std::isinf(want.lse)) {
+          ASSERT_TRUE(row_is_empty(out, lse, H, row, h))
+              << "row " << row << " head " << h << " sees no key on rank " << rank
+              << " but is not exactly O = 0, LSE = -inf (lse " << lse[rh] << ")";
+          continue;
+        }
+        ASSERT_NEAR(lse[rh], want.lse, lse_tol) << "row " << row << " head " << h;
+        double err = 0;
+        for (int d = 0; d < kLatentDim; ++d) {
+          const double e = std::abs(out[rh * kLatentDim + d] - want.out[d]);
+          err = std::max(err, std::isnan(e) ? INFINITY : e);
+        }
+        ASSERT_LE(err, out_tol) << "row " << row << " head " << h;
+      }
+    }
+  }
+  for (std::int64_t row = batch.real_tokens(); row < batch.rows(); ++row) {
+    for (int h = 0; h < H; ++h) {
+      ASSERT_TRUE(row_is_empty(out, lse, H, row, h)) << "padding row " << row;
+    }
+  }
+}
+
 // q [rows, H, 576] (any element size) -> the gathered [W, rows, H / W, 576] layout.
 inline std::vector<std::uint8_t> gather_layout(const std::vector<std::uint8_t>& q,
                                                std::int64_t rows, int H, int W) {
