@@ -182,8 +182,7 @@ class Backend {
                              std::int64_t num_tokens, Stream s) = 0;
 
   virtual void write_kv(const KvWriteArgs& args, Stream s) = 0;
-  // Validates args (validate(const DecodeArgs&), a schedule of this backend's,
-  // check_decode), then runs the decode.
+  // Validates args (validate(const DecodeArgs&), then accept_decode), then runs the decode.
   void decode(const DecodeArgs& args, Stream s);
   virtual void unpack_query(const UnpackQueryArgs& args, Stream s) = 0;
   virtual void combine_rescale(const CombineRescaleArgs& args, Stream s) = 0;
@@ -197,11 +196,12 @@ class Backend {
   // choice, a host plan on a stream under capture), checked before anything is queued: dcp_step
   // calls it before its first collective, so a rank never throws while its peers wait for it there.
   virtual void check_decode(const DecodeArgs& args, Stream s) const {}
-  // The decode of arguments validate() and check_decode accepted. dcp_step validates a step's
+  // What a decode of validated args needs of this backend: a schedule (if any) made on it (its
+  // memory is this device's), and check_decode.
+  void accept_decode(const DecodeArgs& args, Stream s) const;
+  // The decode of arguments validate() and accept_decode accepted. dcp_step validates a step's
   // arguments once and calls this directly.
   virtual void run_decode(const DecodeArgs& args, Stream s) = 0;
-  // Throws unless args.schedule (if any) was made on this backend (its memory is this device's).
-  void require_own_schedule(const DecodeArgs& args) const;
   friend void dcp_step(Backend&, Communicator&, DcpWorkspace&, const DcpStepArgs&, Stream);
 };
 

@@ -131,8 +131,7 @@ void dcp_step(Backend& backend, Communicator& comm, DcpWorkspace& ws, const DcpS
   direct.out = a.out;
   direct.lse = a.lse;
   const DecodeArgs& run = W == 1 ? direct : decode;
-  backend.require_own_schedule(run);
-  backend.check_decode(run, s);
+  backend.accept_decode(run, s);
 
   if (W == 1) {
     backend.run_decode(direct, s);

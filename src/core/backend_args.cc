@@ -186,18 +186,18 @@ void validate(const ConvertArgs& a) {
                  "a non-null buffer", "null");
 }
 
-void Backend::require_own_schedule(const DecodeArgs& args) const {
+void Backend::accept_decode(const DecodeArgs& args, Stream s) const {
   DCPMLA_REQUIRE(args.schedule == nullptr || &args.schedule->backend() == this,
                  ErrorCode::inconsistent, "schedule",
                  fmt::format("a schedule made on this backend ({})", name()),
                  fmt::format("one of another backend ({})",
                              args.schedule ? args.schedule->backend().name() : ""));
+  check_decode(args, s);
 }
 
 void Backend::decode(const DecodeArgs& args, Stream s) {
   validate(args);
-  require_own_schedule(args);
-  check_decode(args, s);
+  accept_decode(args, s);
   run_decode(args, s);
 }
 

@@ -53,9 +53,7 @@ class ScheduleStaging {
   void write(const ScheduleImageWriter& write, void* device, cudaStream_t s) {
     // A captured copy would read the pinned image at every replay, long after later updates
     // rewrote it: a graph plans on the device (plan_on_device) instead.
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    DCPMLA_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
-    DCPMLA_REQUIRE(capture == cudaStreamCaptureStatusNone, ErrorCode::unsupported, "stream",
+    DCPMLA_REQUIRE(!cuda::is_capturing(s), ErrorCode::unsupported, "stream",
                    "a stream not under capture for Schedule::update and Schedule::plan (a CUDA "
                    "graph plans with plan_on_device)",
                    "a stream under capture");
@@ -198,7 +196,10 @@ class CudaBackend final : public Backend {
 
  protected:
   void check_decode(const DecodeArgs& a, Stream s) const override {
-    if (!a.schedule) require_not_capturing(as_stream(s));
+    // A host plan runs from the backend's eager schedule, written by a host copy: not capturable.
+    DCPMLA_REQUIRE(a.schedule || !cuda::is_capturing(as_stream(s)), ErrorCode::unsupported, "plan",
+                   "a Schedule (DecodeArgs::schedule) for a decode captured in a CUDA graph",
+                   "a host plan under stream capture");
     cuda::check_decode(a, a.schedule ? a.schedule->config() : a.plan->config, rounds_);
   }
   void run_decode(const DecodeArgs& a, Stream s) override {
@@ -209,17 +210,9 @@ class CudaBackend final : public Backend {
 
  private:
   // An eager plan runs from a schedule of the backend's, grown to fit; the previous eager decode
-  // (maybe on another stream) finishes reading it before it is rewritten.
-  // A host plan runs from the backend's eager schedule, written by a host copy: not capturable.
-  static void require_not_capturing(cudaStream_t s) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    DCPMLA_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
-    DCPMLA_REQUIRE(capture == cudaStreamCaptureStatusNone, ErrorCode::unsupported, "plan",
-                   "a Schedule (DecodeArgs::schedule) for a decode captured in a CUDA graph",
-                   "a host plan under stream capture");
-  }
+  // (maybe on another stream) finishes reading it before it is rewritten. Its stream is not under
+  // capture (check_decode).
   void run_eager(const DecodeArgs& a, const Plan& plan, cudaStream_t s) {
-    require_not_capturing(s);
     if (!eager_used_) {
       DCPMLA_CUDA_CHECK(cudaEventCreateWithFlags(&eager_used_, cudaEventDisableTiming));
     }

@@ -18,14 +18,16 @@ namespace dcpmla::cuda {
 // cache/kv_write.cu: latents -> cache through slots; slots < 0 or >= capacity are skipped.
 void write_kv(const KvWriteArgs& args, cudaStream_t s);
 
-// decode/launch.cc: runs the decode of validated args from `schedule` (args.schedule, or the
-// backend's copy of args.plan): the work items, then the split merge and the padding fill.
-// rounds: which launches the round decode takes (the backend's rounds_by_default(), read once
-// when it was made).
+// decode/launch.cc: runs the decode of args validate() and check_decode accepted, from `schedule`
+// (args.schedule, or the backend's copy of args.plan): the work items, then the split merge and the
+// padding fill. rounds: which launches the round decode takes (the backend's rounds_by_default(),
+// read once when it was made).
 void decode(const DecodeArgs& args, const Schedule& schedule, Rounds rounds, cudaStream_t s);
 // What decode refuses before it queues anything (the tile size, the pointers' alignment, a
 // kernel for the configuration), for the plan's or schedule's config; returns the kernel.
 DecodeKernelChoice check_decode(const DecodeArgs& args, const PlanConfig& config, Rounds rounds);
+// Whether s is being captured into a CUDA graph.
+bool is_capturing(cudaStream_t s);
 
 // plan/device_planner.cu: plans `batch` into the schedule's memory on s (Schedule checked it).
 void plan_on_device(Schedule& schedule, const DeviceBatchRef& batch, std::int64_t num_tokens,

@@ -21,13 +21,13 @@ void require_aligned(const void* p, const char* argument, int bytes = 16) {
                  fmt::format("{}", p));
 }
 
+}  // namespace
+
 bool is_capturing(cudaStream_t s) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   DCPMLA_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
   return capture != cudaStreamCaptureStatusNone;
 }
-
-}  // namespace
 
 DecodeKernelChoice check_decode(const DecodeArgs& a, const PlanConfig& config, Rounds rounds) {
   DCPMLA_REQUIRE(config.model.tile_pairs == kTilePairs, ErrorCode::unsupported,
@@ -56,7 +56,9 @@ void decode(const DecodeArgs& a, const Schedule& schedule, Rounds rounds, cudaSt
   const int H = config.num_heads;
   const int bs = config.block_size;
   const bool into_send = decodes_into_send(a);
-  const DecodeKernelChoice kernel = check_decode(a, config, rounds);
+  // check_decode accepted the arguments: the kernel is chosen, not checked, again.
+  const DecodeKernelChoice kernel =
+      select_decode_kernel({a.q.dtype, a.cache.dtype, H, bs, kTilePairs, rounds});
 
   // A plan known only on the device, or one a graph will replay others in place of, is launched
   // for the schedule's capacity (blocks past the header's counts exit); an eager host plan for
