@@ -10,6 +10,37 @@ namespace {
 
 constexpr std::int64_t kSumCap = std::int64_t(1) << 62;
 
+struct CandidateSums {
+  std::uint64_t items, split_q;
+};
+// The work items and split rows of every request cut into chunks of `chunk` blocks, over 32-bit
+// copies of the inputs: 32 x 32 -> 64-bit multiplies and no branches, so the loop vectorises. An
+// AVX2 clone, chosen at load time where the CPU has it, runs 4 requests an instruction (the
+// default x86-64 build has only 2-lane SSE2 and no 64-bit compare).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+CandidateSums
+candidate_sums(const std::uint32_t* kv32, const std::uint32_t* tiles32, const std::uint32_t* q32,
+               std::size_t B, std::int64_t chunk_blocks) {
+  const rules::CeilDivider divider(chunk_blocks);
+  // Blocks, chunks, splits and the multiplier all fit 32 bits (CeilDivider::floor).
+  const auto chunk = std::uint32_t(chunk_blocks), magic = std::uint32_t(divider.magic);
+  const int shift = divider.shift;
+  std::uint64_t item_sum = 0, split_q = 0;
+  for (std::size_t b = 0; b < B; ++b) {
+    const std::uint32_t kv = kv32[b];
+    // CeilDivider::ceil; a request of 0 blocks wraps here and takes the unsplit branch.
+    // Split (n >= 2) exactly where kv > chunk: all ones then, else zero.
+    const std::uint32_t split = 0u - std::uint32_t(kv > chunk);
+    const auto quotient = std::uint32_t((std::uint64_t(kv - 1u) * magic) >> shift) + 1u;
+    const std::uint32_t n = 1u + (split & (quotient - 1u));
+    item_sum += std::uint64_t(tiles32[b]) * n;
+    split_q += std::uint64_t(split & n) * q32[b];
+  }
+  return {item_sum, split_q};
+}
+
 // The batch-wide chunk: among the candidates (k = 0 unsplit, then ever smaller chunks), the first
 // whose cost is within 2 % of the best.
 std::int64_t batch_chunk(const SplitInputs& in, const PlanConfig& config, std::int64_t longest,
@@ -41,20 +72,10 @@ std::int64_t batch_chunk(const SplitInputs& in, const PlanConfig& config, std::i
        c = rules::next_candidate(c, longest, min_chunk, S)) {
     std::int64_t items = 0, split_pairs = 0;
     if (exact) {
-      const rules::CeilDivider divider(c.chunk_blocks);
-      const std::uint64_t chunk = std::uint64_t(c.chunk_blocks), magic = divider.magic;
-      const int shift = divider.shift;
-      std::uint64_t item_sum = 0, split_q = 0;
-      for (std::size_t b = 0; b < B; ++b) {
-        const std::uint64_t kv = kv32[b];
-        // CeilDivider::ceil; a request of 0 blocks wraps here and takes the unsplit branch.
-        const std::uint64_t quotient = (((kv - 1) * magic) >> shift) + 1;
-        const std::uint64_t n = kv <= chunk ? 1 : quotient;
-        item_sum += tiles32[b] * n;
-        split_q += n > 1 ? n * q32[b] : 0;
-      }
-      items = std::int64_t(item_sum);
-      split_pairs = std::int64_t(split_q) * H;
+      const CandidateSums sums =
+          candidate_sums(kv32.data(), tiles32.data(), q32.data(), B, c.chunk_blocks);
+      items = std::int64_t(sums.items);
+      split_pairs = std::int64_t(sums.split_q) * H;
     } else {
       for (std::size_t b = 0; b < B; ++b) {
         const auto t = rules::split_terms(in.kv_blocks[b], c.chunk_blocks, in.tiles[b], in.q[b], H);
