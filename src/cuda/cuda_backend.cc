@@ -51,12 +51,6 @@ class ScheduleStaging {
 
   // The image in turn is written (write may throw before writing: the device copy is untouched).
   void write(const ScheduleImageWriter& write, void* device, cudaStream_t s) {
-    // A captured copy would read the pinned image at every replay, long after later updates
-    // rewrote it: a graph plans on the device (plan_on_device) instead.
-    DCPMLA_REQUIRE(!cuda::is_capturing(s), ErrorCode::unsupported, "stream",
-                   "a stream not under capture for Schedule::update and Schedule::plan (a CUDA "
-                   "graph plans with plan_on_device)",
-                   "a stream under capture");
     const int k = next_;
     DCPMLA_CUDA_CHECK(cudaEventSynchronize(copied_[k]));
     auto* image = static_cast<std::byte*>(image_[k]);
@@ -152,6 +146,13 @@ class CudaBackend final : public Backend {
   }
   void write_schedule(Schedule& schedule, const ScheduleImageWriter& write, Stream s) override {
     use_device();
+    // A captured copy would read the pinned image at every replay, long after later updates
+    // rewrote it: a graph plans on the device (plan_on_device) instead. Checked before the
+    // staging of a first update is made (cudaHostAlloc is refused under capture).
+    DCPMLA_REQUIRE(!cuda::is_capturing(as_stream(s)), ErrorCode::unsupported, "stream",
+                   "a stream not under capture for Schedule::update and Schedule::plan (a CUDA "
+                   "graph plans with plan_on_device)",
+                   "a stream under capture");
     auto& state = schedule.backend_state();
     if (!state) {
       const ScheduleLayout l = schedule_layout(schedule.capacity());
