@@ -4,32 +4,36 @@ accumulator register (8 for m64n16 up to 128 for m64n256), too long to keep by h
 
 import pathlib
 
-SHAPES = (  # (N, wrapper suffix, A transposed (MN-major), B transposed (MN-major))
-    (16, "m64n16k16_ss", 0, 0),
-    (32, "m64n32k16_ss", 0, 0),
-    (64, "m64n64k16_ss", 0, 0),
-    (256, "m64n256k16_ss_tb", 0, 1),
-    (16, "m64n16k16_ss_ta", 1, 0),
-    (32, "m64n32k16_ss_ta", 1, 0),
+SHAPES = (  # (N, wrapper suffix, A transposed (MN-major), B transposed (MN-major), inputs)
+    (16, "m64n16k16_ss", 0, 0, "bf16"),
+    (32, "m64n32k16_ss", 0, 0, "bf16"),
+    (64, "m64n64k16_ss", 0, 0, "bf16"),
+    (256, "m64n256k16_ss_tb", 0, 1, "bf16"),
+    (16, "m64n16k16_ss_ta", 1, 0, "bf16"),
+    (32, "m64n32k16_ss_ta", 1, 0, "bf16"),
+    # The round decode's fp8 cache, widened to f16 (one conversion a pair).
+    (64, "m64n64k16_ss_f16", 0, 0, "f16"),
+    (256, "m64n256k16_ss_tb_f16", 0, 1, "f16"),
 )
-RS_SHAPES = (  # A from registers: (N, wrapper suffix, B transposed (MN-major))
-    (64, "m64n64k16_rs", 0),
+RS_SHAPES = (  # A from registers: (N, wrapper suffix, B transposed (MN-major), inputs)
+    (64, "m64n64k16_rs", 0, "bf16"),
+    (64, "m64n64k16_rs_f16", 0, "f16"),
 )
 
 
-def wrapper(n, name, ta, tb):
+def wrapper(n, name, ta, tb, dtype):
     nreg = n // 2
     regs = ", ".join(f"%{i}" for i in range(nreg))
     ops = ", ".join(f'"+f"(d[{i}])' for i in range(nreg))
     a_layout = "MN-major (transposed)" if ta else "K-major"
     layout = "MN-major (transposed)" if tb else "K-major"
     return f"""// D[64 x {n}] (+)= A[64 x 16] * B[16 x {n}]: A {a_layout}, B {layout}, both in shared
-// memory behind descriptors; bf16 in, f32 accumulate; accumulate == false overwrites D.
+// memory behind descriptors; {dtype} in, f32 accumulate; accumulate == false overwrites D.
 __device__ __forceinline__ void wgmma_{name}(float (&d)[{nreg}], std::uint64_t a, std::uint64_t b,
                                               bool accumulate) {{
   asm volatile(
       "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nreg + 2}, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 "
+      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dtype}.{dtype} "
       "{{{regs}}}, "
       "%{nreg}, %{nreg + 1}, p, 1, 1, {ta}, {tb};\\n}}\\n"
       : {ops}
@@ -38,20 +42,20 @@ __device__ __forceinline__ void wgmma_{name}(float (&d)[{nreg}], std::uint64_t a
 """
 
 
-def wrapper_rs(n, name, tb):
+def wrapper_rs(n, name, tb, dtype):
     nreg = n // 2
     regs = ", ".join(f"%{i}" for i in range(nreg))
     ops = ", ".join(f'"+f"(d[{i}])' for i in range(nreg))
     layout = "MN-major (transposed)" if tb else "K-major"
     a = ", ".join(f"%{nreg + i}" for i in range(4))
-    return f"""// D[64 x {n}] (+)= A[64 x 16] * B[16 x {n}]: A from registers (the thread's four bf16
+    return f"""// D[64 x {n}] (+)= A[64 x 16] * B[16 x {n}]: A from registers (the thread's four {dtype}
 // pairs of its rows, the accumulator's fragment layout), B {layout} in shared memory behind a
-// descriptor; bf16 in, f32 accumulate; accumulate == false overwrites D.
+// descriptor; {dtype} in, f32 accumulate; accumulate == false overwrites D.
 __device__ __forceinline__ void wgmma_{name}(float (&d)[{nreg}], const std::uint32_t (&a)[4],
                                               std::uint64_t b, bool accumulate) {{
   asm volatile(
       "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nreg + 5}, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 "
+      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dtype}.{dtype} "
       "{{{regs}}}, "
       "{{{a}}}, %{nreg + 4}, p, 1, 1, {tb};\\n}}\\n"
       : {ops}

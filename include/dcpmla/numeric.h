@@ -45,6 +45,40 @@ DCPMLA_HD std::uint16_t float_to_bf16(float f) {
   return std::uint16_t(u >> 16);
 }
 
+// IEEE binary16 (the round decode's MMA inputs for an fp8 cache): 1 sign, 5 exponent (bias 15),
+// 10 mantissa bits, subnormals down to 2^-24.
+DCPMLA_HD float f16_to_float(std::uint16_t h) {
+  const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
+  const std::uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+  if (exp == 0x1fu) return bits_float(sign | 0x7f800000u | (man << 13));
+  if (exp == 0) {
+    const float mag = float(man) * 5.9604644775390625e-8f;  // man * 2^-24, exact
+    return sign ? -mag : mag;
+  }
+  return bits_float(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+// Round to nearest even; beyond 65504 (from 65520 on) +-inf; NaN stays a quiet NaN.
+DCPMLA_HD std::uint16_t float_to_f16(float f) {
+  const std::uint32_t u = float_bits(f);
+  const auto sign = std::uint16_t((u >> 16) & 0x8000u);
+  const std::uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return std::uint16_t(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+  if (a >= 0x477ff000u) return std::uint16_t(sign | 0x7c00u);
+  const std::uint32_t exp = a >> 23;
+  if (exp < 113u) {  // below 2^-14: a multiple of 2^-24, mant x 2^(exp - 126)
+    const std::uint32_t shift = 126u - exp;
+    if (shift > 24u) return sign;
+    const std::uint32_t mant = (a & 0x7fffffu) | 0x800000u;
+    std::uint32_t q = mant >> shift;
+    const std::uint32_t rest = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    if (rest > half || (rest == half && (q & 1u))) ++q;
+    return std::uint16_t(sign | q);  // q == 0x400 is the smallest normal
+  }
+  const std::uint32_t rounded = a + 0xfffu + ((a >> 13) & 1u);
+  return std::uint16_t(sign | ((rounded - (112u << 23)) >> 13));
+}
+
 // e4m3: 1 sign, 4 exponent (bias 7), 3 mantissa bits; S.1111.111 is NaN, no infinities.
 DCPMLA_HD float fp8_e4m3_to_float(std::uint8_t v) {
   const std::uint32_t sign = std::uint32_t(v & 0x80u) << 24;

@@ -1,4 +1,5 @@
-// bf16 and fp8 e4m3 conversions (numeric.h), against exhaustive tables and brute-force rounding.
+// bf16, f16 and fp8 e4m3 conversions (numeric.h), against exhaustive tables and brute-force
+// rounding.
 #include "dcpmla/numeric.h"
 
 #include <gtest/gtest.h>
@@ -201,6 +202,74 @@ TEST(Fp8E4m3, SaturationNaNAndSpecificRounding) {
   EXPECT_EQ(float_to_fp8_e4m3(bits_float(1u)), 0x00);  // float subnormal
   EXPECT_EQ(float_to_fp8_e4m3(0.0f), 0x00);
   EXPECT_EQ(float_to_fp8_e4m3(-0.0f), 0x80);
+}
+
+// f16: the value of every encoding from its fields, in double.
+double f16_reference_value(std::uint16_t h) {
+  const int exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  const double mag = exp == 0 ? std::ldexp(double(man), -24) : std::ldexp(1024.0 + man, exp - 25);
+  return (h & 0x8000u) ? -mag : mag;
+}
+
+TEST(F16, DecodesEveryEncodingAndRoundTrips) {
+  for (std::uint32_t h = 0; h < 0x10000u; ++h) {
+    const auto v = std::uint16_t(h);
+    const float f = f16_to_float(v);
+    if (((h >> 10) & 0x1fu) == 0x1fu) {
+      EXPECT_EQ(std::isnan(f), (h & 0x3ffu) != 0) << h;
+      if ((h & 0x3ffu) == 0) EXPECT_EQ(f, (h & 0x8000u) ? -kInf : kInf) << h;
+      continue;
+    }
+    ASSERT_EQ(double(f), f16_reference_value(v)) << h;
+    ASSERT_EQ(std::signbit(f), (h & 0x8000u) != 0) << h;
+    ASSERT_EQ(float_to_f16(f), v) << h;
+  }
+}
+
+// Round to nearest even against the two f16 neighbours of |x| (finite encodings in order).
+std::uint16_t f16_reference(float x) {
+  const std::uint16_t sign = std::signbit(x) ? 0x8000u : 0u;
+  const double a = std::fabs(double(x));
+  if (a >= 65520.0) return std::uint16_t(sign | 0x7c00u);
+  std::uint16_t lo = 0;
+  for (int step = 1 << 14; step > 0; step >>= 1) {
+    if (lo + step <= 0x7bff && f16_reference_value(std::uint16_t(lo + step)) <= a) lo += step;
+  }
+  if (f16_reference_value(lo) == a) return std::uint16_t(sign | lo);
+  const double dlo = a - f16_reference_value(lo);
+  const double dhi = f16_reference_value(std::uint16_t(lo + 1)) - a;
+  const bool up = dhi < dlo || (dhi == dlo && (lo & 1u));
+  return std::uint16_t(sign | (up ? lo + 1 : lo));
+}
+
+TEST(F16, EncodesByNearestEven) {
+  EXPECT_EQ(float_to_f16(1.0f), 0x3c00);
+  EXPECT_EQ(float_to_f16(65504.0f), 0x7bff);
+  EXPECT_EQ(float_to_f16(65519.99f), 0x7bff);
+  EXPECT_EQ(float_to_f16(65520.0f), 0x7c00);  // the tie rounds to the even side, past the last
+  EXPECT_EQ(float_to_f16(-kInf), 0xfc00);
+  EXPECT_EQ(float_to_f16(std::ldexp(1.0f, -25)), 0x0000);  // half the smallest subnormal: even
+  EXPECT_EQ(float_to_f16(std::ldexp(1.5f, -25)), 0x0001);
+  EXPECT_EQ(float_to_f16(std::ldexp(3.0f, -25)), 0x0002);  // 1.5 quanta: the even one
+  EXPECT_EQ(float_to_f16(std::ldexp(1.0f, -14) - std::ldexp(1.0f, -26)), 0x0400);
+  EXPECT_TRUE(std::isnan(f16_to_float(float_to_f16(std::nanf("")))));
+  std::mt19937 rng(20261205);
+  std::uniform_int_distribution<std::uint32_t> bits;
+  for (int i = 0; i < 200000; ++i) {
+    // Exponents around f16's range: 2^-30 .. 2^17, every mantissa.
+    const std::uint32_t u = (bits(rng) & 0x807fffffu) | ((97u + bits(rng) % 48u) << 23);
+    const float x = bits_float(u);
+    ASSERT_EQ(float_to_f16(x), f16_reference(x)) << x;
+  }
+}
+
+// Every e4m3 value is an f16 value: the round decode widens an fp8 cache to f16 exactly.
+TEST(F16, HoldsEveryFp8Value) {
+  for (int v = 0; v < 256; ++v) {
+    const float f = fp8_e4m3_to_float(std::uint8_t(v));
+    if (std::isnan(f)) continue;
+    EXPECT_EQ(f16_to_float(float_to_f16(f)), f) << v;
+  }
 }
 
 }  // namespace

@@ -1,53 +1,44 @@
-// The fp8 widening by integer moves (widen_fp8x4_finite, its host emulation) against the
-// conversion-instruction widening and dcpmla::fp8_e4m3_to_float, on every pair of e4m3 bytes;
-// and fp8_unit_has_nan on every byte value at every position of a 16-byte unit.
+// The round decode's f16 conversions in their host emulation (conversions.cuh under
+// DCPMLA_EMULATE): an fp8 cache widened to f16 (widen_fp8x4_f16) on every pair of e4m3 bytes in
+// either half of a word, exact and NaN to NaN; P packed as f16 (pack_f16x2) by numeric.h's
+// rounding. The GPU instructions are checked against the same in conversions_test.cu.
 #include "cuda_emulation.h"
 // The emulation shims must come first.
 #include <gtest/gtest.h>
 
-#include <cstring>
+#include <cmath>
 
 #include "cuda/conversions.cuh"
 
 namespace dcpmla::cuda {
 namespace {
 
-bool is_nan_byte(std::uint32_t b) {
-  return (b & 0x7fu) == 0x7fu;
-}
-
-TEST(Fp8Widening, IntegerFormEqualsConversionsOnEveryFiniteByte) {
-  int checked = 0;
+TEST(Fp8Widening, F16HoldsEveryPairExactly) {
   for (std::uint32_t two = 0; two < 0x10000u; ++two) {
-    if (is_nan_byte(two & 0xffu) || is_nan_byte(two >> 8)) continue;
-    // The pair in either half of the word; the other half's bytes do not reach it.
-    const std::uint32_t got = widen_fp8x4_finite(two | 0xabcd0000u).x;
-    ASSERT_EQ(got, widen_fp8x2(two)) << std::hex << two;
-    ASSERT_EQ(widen_fp8x4_finite(two << 16 | 0x7f7fu).y, got) << std::hex << two;
-    const std::uint32_t exact =
-        float_bits(fp8_e4m3_to_float(std::uint8_t(two))) >> 16 |
-        (float_bits(fp8_e4m3_to_float(std::uint8_t(two >> 8))) & 0xffff0000u);
-    ASSERT_EQ(got, exact) << std::hex << two;
-    ++checked;
-  }
-  EXPECT_EQ(checked, 254 * 254);
-}
-
-TEST(Fp8Widening, UnitHasNanFindsEveryNanByteAtEveryPosition) {
-  for (int pos = 0; pos < 16; ++pos) {
-    for (std::uint32_t b = 0; b < 256; ++b) {
-      unsigned char bytes[16];
-      std::memset(bytes, 0x7e, sizeof bytes);  // 448, the largest finite value
-      bytes[pos] = static_cast<unsigned char>(b);
-      uint4 u;
-      std::memcpy(&u, bytes, sizeof u);
-      ASSERT_EQ(fp8_unit_has_nan(u), is_nan_byte(b)) << "byte " << b << " at " << pos;
+    const uint2 w = widen_fp8x4_f16(two | two << 16);
+    ASSERT_EQ(w.x, w.y) << std::hex << two;
+    for (int h = 0; h < 2; ++h) {
+      const float want = fp8_e4m3_to_float(std::uint8_t(two >> 8 * h));
+      const float got = f16_to_float(std::uint16_t(w.x >> 16 * h));
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(got)) << std::hex << two;
+      } else {
+        ASSERT_EQ(float_bits(got), float_bits(want)) << std::hex << two;
+      }
     }
   }
-  uint4 all_ff;
-  std::memset(&all_ff, 0xff, sizeof all_ff);
-  EXPECT_TRUE(fp8_unit_has_nan(all_ff));
-  EXPECT_FALSE(fp8_unit_has_nan(uint4{0x80808080u, 0xfefefefeu, 0x01010101u, 0u}));
+}
+
+TEST(Fp8Widening, PackF16RoundsAsNumeric) {
+  const float values[] = {0.0f,     1.0f,  -0.3333333f, 65504.0f,
+                          65520.0f, 1e-7f, -6.1e-5f,    0.99951172f};
+  for (float lo : values) {
+    for (float hi : values) {
+      const std::uint32_t p = pack_f16x2(lo, hi);
+      EXPECT_EQ(p & 0xffffu, float_to_f16(lo));
+      EXPECT_EQ(p >> 16, float_to_f16(hi));
+    }
+  }
 }
 
 }  // namespace

@@ -192,12 +192,14 @@ TEST(CudaDcp, NarrowAndWideTilesGiveTheSameBits) {
   }
 }
 
-// The round decode (round_kernel.cuh) and the warp-specialised form give the same bits on the
-// launches the round decode takes (bf16 and fp8 caches, pages of 64 or 128 tokens; 16 heads make
-// tiles of 16 pairs, narrow for bf16 and wide for fp8, 96 heads tiles of 48 pairs,
-// rules::tile_step's halves), on ragged DCP batches with rows that see no key, split and unsplit
-// (DCPMLA_DECODE_ROUNDS, read when a backend is made, picks the kernel).
-TEST(CudaDcp, RoundsAndWarpSpecialisedGiveTheSameBits) {
+// The round decode (round_kernel.cuh) and the warp-specialised form agree on the launches the
+// round decode takes (bf16 and fp8 caches, pages of 64 or 128 tokens; 16 heads make tiles of 16
+// pairs, narrow for bf16 and wide for fp8, 96 heads tiles of 48 pairs, rules::tile_step's
+// halves), on ragged DCP batches with rows that see no key, split and unsplit
+// (DCPMLA_DECODE_ROUNDS, read when a backend is made, picks the kernel): bit for bit on a bf16
+// cache; on fp8, whose MMAs the round decode runs in f16 and the other form in bf16, the same LSE
+// bits and outputs within P's rounding.
+TEST(CudaDcp, RoundsAndWarpSpecialisedAgree) {
   DCPMLA_REQUIRE_GPU();
   gpu_testing::RoundsChoice choice;
   int seed = 90;
@@ -222,8 +224,13 @@ TEST(CudaDcp, RoundsAndWarpSpecialisedGiveTheSameBits) {
         choice.pick(true);
         const auto rounds = testing::run_dcp(sc, factory(), o);
         const auto a = testing::agreement(ws, rounds);
-        EXPECT_TRUE(a.bit_identical)
-            << "max|dO| " << a.max_out_diff << " max|dLSE| " << a.max_lse_diff;
+        if (kv == DType::bf16) {
+          EXPECT_TRUE(a.bit_identical)
+              << "max|dO| " << a.max_out_diff << " max|dLSE| " << a.max_lse_diff;
+        } else {
+          EXPECT_EQ(a.max_lse_diff, 0.0);
+          EXPECT_LT(a.max_out_diff, 1e-2);
+        }
         const auto cmp = testing::compare(sc, rounds, testing::run_reference(sc),
                                           testing::tolerance_for(spec, o));
         EXPECT_TRUE(cmp.pass) << describe(cmp);

@@ -328,7 +328,11 @@ inline bool poisoned(const float* d, int n) {
 // registers, from `a_rows` (rs_rows below).
 template <int N>
 void wgmma(float (&d)[N / 2], const Descriptor* A_desc, const float (*a_rows)[16],
-           std::uint64_t b_desc, bool accumulate, bool a_mn, bool b_mn) {
+           std::uint64_t b_desc, bool accumulate, bool a_mn, bool b_mn, bool f16 = false) {
+  // The operands' elements: bf16, or f16 (the round decode's fp8 cache).
+  auto value = [f16](std::uint16_t v) {
+    return f16 ? dcpmla::f16_to_float(v) : dcpmla::bf16_to_float(v);
+  };
   const Descriptor B(b_desc);
   const int t = int(thread_idx.x) % 128, warp = t / 32, lane = t % 32;
   const int rows[2] = {16 * warp + lane / 4, 16 * warp + lane / 4 + 8};
@@ -343,15 +347,14 @@ void wgmma(float (&d)[N / 2], const Descriptor* A_desc, const float (*a_rows)[16
   float a[2][16];
   for (int r = 0; r < 2; ++r) {
     for (int k = 0; k < 16; ++k) {
-      a[r][k] = A_desc != nullptr ? dcpmla::bf16_to_float(shared_u16(A_desc->at(rows[r], k, a_mn)))
-                                  : a_rows[r][k];
+      a[r][k] = A_desc != nullptr ? value(shared_u16(A_desc->at(rows[r], k, a_mn))) : a_rows[r][k];
     }
   }
   for (int j = 0; j < N / 8; ++j) {
     for (int e = 0; e < 2; ++e) {
       const int col = 8 * j + 2 * (lane % 4) + e;
       float b[16];
-      for (int k = 0; k < 16; ++k) b[k] = dcpmla::bf16_to_float(shared_u16(B.at(col, k, b_mn)));
+      for (int k = 0; k < 16; ++k) b[k] = value(shared_u16(B.at(col, k, b_mn)));
       for (int r = 0; r < 2; ++r) {
         float sum = 0.0f;
         for (int k = 0; k < 16; ++k) sum = std::fma(a[r][k], b[k], sum);
@@ -391,16 +394,20 @@ void wgmma(float (&d)[N / 2], const Descriptor* A_desc, const float (*a_rows)[16
 // Both operands in shared memory.
 template <int N>
 void wgmma(float (&d)[N / 2], std::uint64_t a_desc, std::uint64_t b_desc, bool accumulate,
-           bool a_mn, bool b_mn) {
+           bool a_mn, bool b_mn, bool f16 = false) {
   const Descriptor A(a_desc);
-  wgmma<N>(d, &A, nullptr, b_desc, accumulate, a_mn, b_mn);
+  wgmma<N>(d, &A, nullptr, b_desc, accumulate, a_mn, b_mn, f16);
 }
 
-// The rows of A (bf16 values, as floats) whose fragment in registers the threads of this
+// The rows of A (bf16 values, or f16, as floats) whose fragment in registers the threads of this
 // thread's quad hold: thread q of a quad holds, of its rows r0 and r0 + 8, columns 2 q + {0, 1}
-// (a[0]: r0, a[1]: r0 + 8) and 8 + 2 q + {0, 1} (a[2]: r0, a[3]: r0 + 8), two bf16 a register
+// (a[0]: r0, a[1]: r0 + 8) and 8 + 2 q + {0, 1} (a[2]: r0, a[3]: r0 + 8), two values a register
 // (low half first). Every lane of the warp calls (the instruction is warp-synchronous).
-inline void rs_rows(const std::uint32_t (&a)[4], float (&rows)[2][16]) {
+inline void rs_rows(const std::uint32_t (&a)[4], float (&rows)[2][16], bool f16 = false) {
+  auto value = [f16](std::uint32_t v) {
+    const auto h = std::uint16_t(v);
+    return f16 ? dcpmla::f16_to_float(h) : dcpmla::bf16_to_float(h);
+  };
   static std::uint32_t posted[32][32][4];  // [warp][lane][register]: one block runs at a time
   const int w = warp_of_thread(), lane = int(thread_idx.x) % 32;
   std::copy(a, a + 4, posted[w][lane]);
@@ -410,8 +417,8 @@ inline void rs_rows(const std::uint32_t (&a)[4], float (&rows)[2][16]) {
     for (int r = 0; r < 2; ++r) {
       for (int half = 0; half < 2; ++half) {
         const std::uint32_t v = from[2 * half + r];
-        rows[r][8 * half + 2 * q] = dcpmla::bf16_to_float(std::uint16_t(v & 0xffffu));
-        rows[r][8 * half + 2 * q + 1] = dcpmla::bf16_to_float(std::uint16_t(v >> 16));
+        rows[r][8 * half + 2 * q] = value(v & 0xffffu);
+        rows[r][8 * half + 2 * q + 1] = value(v >> 16);
       }
     }
   }
@@ -574,6 +581,19 @@ inline void wgmma_m64n64k16_rs(float (&d)[32], const std::uint32_t (&a)[4], std:
   float rows[2][16];
   dcpmla_emu::rs_rows(a, rows);
   dcpmla_emu::wgmma<64>(d, nullptr, rows, b, acc, false, false);
+}
+inline void wgmma_m64n64k16_ss_f16(float (&d)[32], std::uint64_t a, std::uint64_t b, bool acc) {
+  dcpmla_emu::wgmma<64>(d, a, b, acc, false, false, true);
+}
+inline void wgmma_m64n256k16_ss_tb_f16(float (&d)[128], std::uint64_t a, std::uint64_t b,
+                                       bool acc) {
+  dcpmla_emu::wgmma<256>(d, a, b, acc, false, true, true);
+}
+inline void wgmma_m64n64k16_rs_f16(float (&d)[32], const std::uint32_t (&a)[4], std::uint64_t b,
+                                   bool acc) {
+  float rows[2][16];
+  dcpmla_emu::rs_rows(a, rows, true);
+  dcpmla_emu::wgmma<64>(d, nullptr, rows, b, acc, false, false, true);
 }
 
 inline void cp_async16_line(std::uint32_t dst, const void* src) {

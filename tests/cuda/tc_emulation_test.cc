@@ -4,7 +4,8 @@
 // (tc_emulation.h): no GPU needed. Checks the kernels against the CPU backend on ragged DCP batches
 // (poisoned pages, several KV tiles a walk, split and unsplit, narrow, partial and whole tiles),
 // that the flattened and native forms give the same bits, that the round decode gives the bits of
-// the warp-specialised and narrow forms, and, through the emulation's own checks, that no barrier
+// the warp-specialised and narrow forms (for an fp8 cache, whose MMAs it runs in f16, their LSE
+// bits and their outputs to P's rounding), and through the emulation's own checks, that no barrier
 // deadlocks or is misused, that no MMA's operands change while it is in flight and that no thread
 // overwrites an MMA's operands before it is ordered after the MMA's completion (with a negative
 // control of that check).
@@ -190,9 +191,36 @@ TEST(TensorCoreEmulation, RoundsMatchCpuBackend) {
   }
 }
 
-// The round decode gives the bits of the warp-specialised form (kernel.cuh: wide tiles at H 32
-// and 64, narrow ones at H 16; fp8 tiles widened by its output warpgroups' threads) and of its own
-// flattened form: the same arithmetic, pair for pair.
+// The round decode against the warp-specialised form on the same data: for a bf16 cache the same
+// bits; for fp8 (MMAs in f16 here, in bf16 there) the same LSE bits (NaN where it is NaN), since
+// S and the fp32 exp-sums are the same, and outputs within out_tol: they differ by P's rounding
+// (f16 against bf16), relative 2^-9 of the latents' magnitude.
+void expect_like_warp_specialised(DType kv, const Result& ws, const Result& rounds,
+                                  double out_tol) {
+  if (kv != DType::fp8_e4m3) {
+    ASSERT_EQ(std::memcmp(ws.lse.data(), rounds.lse.data(), ws.lse.size() * 4), 0);
+    ASSERT_EQ(std::memcmp(ws.out.data(), rounds.out.data(), ws.out.size() * 4), 0);
+    return;
+  }
+  for (std::size_t i = 0; i < ws.lse.size(); ++i) {
+    const float a = ws.lse[i], b = rounds.lse[i];
+    ASSERT_TRUE(std::isnan(a) ? std::isnan(b) : std::memcmp(&a, &b, 4) == 0)
+        << "pair " << i << ": " << a << " against " << b;
+  }
+  bool differ = false;
+  for (std::size_t i = 0; i < ws.out.size(); ++i) {
+    const float a = ws.out[i], b = rounds.out[i];
+    ASSERT_EQ(std::isnan(a), std::isnan(b)) << "element " << i;
+    if (std::isnan(a)) continue;
+    ASSERT_NEAR(a, b, out_tol) << "element " << i;
+    differ = differ || a != b;
+  }
+  EXPECT_TRUE(differ) << "fp8 outputs bit-identical to the bf16 MMAs' (P not in f16?)";
+}
+
+// The round decode against the warp-specialised form (kernel.cuh: wide tiles at H 32 and 64,
+// narrow ones at H 16; fp8 tiles widened to bf16 by its output warpgroups' threads), as
+// expect_like_warp_specialised says, and the bits of its own flattened form.
 TEST(TensorCoreEmulation, RoundsGiveTheBitsOfTheOtherForms) {
   int seed = 80;
   for (int H : {16, 32, 64}) {
@@ -207,8 +235,8 @@ TEST(TensorCoreEmulation, RoundsGiveTheBitsOfTheOtherForms) {
                      (rising ? " rising" : ""));
         const Result ws = emulated_decode(sc, rank, sc.batch, limits, DType::f32, run_sm90);
         const Result rounds = emulated_decode(sc, rank, sc.batch, limits, DType::f32, run_rounds);
-        ASSERT_EQ(std::memcmp(ws.out.data(), rounds.out.data(), ws.out.size() * 4), 0);
-        ASSERT_EQ(std::memcmp(ws.lse.data(), rounds.lse.data(), ws.lse.size() * 4), 0);
+        expect_like_warp_specialised(kv, ws, rounds, rising ? 8e-2 : 1e-2);
+        if (HasFatalFailure()) return;
         if (!rising) continue;
         const Result flat =
             emulated_decode(sc, rank, flatten(sc.batch), limits, DType::f32, run_rounds);
@@ -220,8 +248,9 @@ TEST(TensorCoreEmulation, RoundsGiveTheBitsOfTheOtherForms) {
 }
 
 // Block ids outside the cache (a device table the host never checked) read no memory: their
-// boxes ask past the tensor's end, and the round decode gives the warp-specialised form's bits,
-// NaN exactly where a pair's visible keys reach such a page (request 0), bf16 and fp8.
+// boxes ask past the tensor's end, and the round decode gives what the warp-specialised form
+// gives (expect_like_warp_specialised), NaN exactly where a pair's visible keys reach such a page
+// (request 0), bf16 and fp8.
 TEST(TensorCoreEmulation, RoundsReadPagesOutsideTheCacheAsNaN) {
   int seed = 95;
   for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
@@ -234,12 +263,26 @@ TEST(TensorCoreEmulation, RoundsReadPagesOutsideTheCacheAsNaN) {
     const Split limits;
     const Result ws = emulated_decode(sc, rank, bad, limits, DType::f32, run_sm90);
     const Result rounds = emulated_decode(sc, rank, bad, limits, DType::f32, run_rounds);
-    ASSERT_EQ(std::memcmp(ws.out.data(), rounds.out.data(), ws.out.size() * 4), 0);
-    ASSERT_EQ(std::memcmp(ws.lse.data(), rounds.lse.data(), ws.lse.size() * 4), 0);
+    expect_like_warp_specialised(kv, ws, rounds, 1e-2);
+    if (HasFatalFailure()) return;
     const std::int64_t first_other = std::int64_t(sc.batch.q_len(0)) * sc.spec.heads;
     for (std::int64_t i = 0; i < std::int64_t(rounds.lse.size()); ++i) {
       EXPECT_EQ(std::isnan(rounds.lse[std::size_t(i)]), i < first_other) << "pair " << i;
     }
+  }
+}
+
+// For an fp8 cache the round decode takes Q in f16, scaled by a power of two chosen from the
+// tile's largest |q|: a query far beyond f16's range (x 2^17: |q| up to ~2^19) or far below its
+// normals (x 2^-40), with the softmax scale divided by the same factor, gives what the CPU backend
+// gives (unscaled, the first would overflow to inf and the second flush to zeros).
+TEST(TensorCoreEmulation, RoundsScaleAnFp8CachesQueryIntoF16) {
+  for (int e : {17, -40}) {
+    testing::Scenario sc = walk_case(DType::fp8_e4m3, 32, 64, std::uint64_t(100 + e));
+    for (float& v : sc.q) v = std::ldexp(v, e);
+    sc.spec.softmax_scale = std::ldexp(sc.spec.softmax_scale, -e);
+    expect_matches_cpu(sc, 1, 0, DType::f32, false, 1.0, run_rounds);
+    if (HasFatalFailure()) return;
   }
 }
 

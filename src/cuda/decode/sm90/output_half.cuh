@@ -25,7 +25,9 @@ __device__ __forceinline__ void rescale_o(float (&o)[128], float f0, float f1) {
 }
 
 // O += P V for the half og (V chunks 4 og .. 4 og + 3 of the KV stage at `stage`), P the 64 x 64
-// bf16 tile at p: 4 wgmma m64n256k16, V read transposed; one commit group.
+// bf16 tile at p (P and V in f16 where kF16): 4 wgmma m64n256k16, V read transposed; one commit
+// group.
+template <bool kF16 = false>
 __device__ __forceinline__ void issue_pv(float (&o)[128], std::uint32_t p, std::uint32_t stage,
                                          int og) {
   const std::uint64_t desc_p = hopper::smem_descriptor(p, 16, 1024);
@@ -34,7 +36,11 @@ __device__ __forceinline__ void issue_pv(float (&o)[128], std::uint32_t p, std::
   hopper::wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < kKeys / 16; ++ks) {
-    hopper::wgmma_m64n256k16_ss_tb(o, desc_p + ks * 2, desc_v + ks * (16 * 128 >> 4), true);
+    if constexpr (kF16) {
+      hopper::wgmma_m64n256k16_ss_tb_f16(o, desc_p + ks * 2, desc_v + ks * (16 * 128 >> 4), true);
+    } else {
+      hopper::wgmma_m64n256k16_ss_tb(o, desc_p + ks * 2, desc_v + ks * (16 * 128 >> 4), true);
+    }
   }
   hopper::wgmma_commit();
 }

@@ -43,6 +43,7 @@
 #include "cuda/decode/sm90/output_half.cuh"
 #include "cuda/decode/sm90/round_layout.cuh"
 #include "cuda/decode/sm90/round_loads.cuh"
+#include "cuda/decode/sm90/round_query.cuh"
 #include "cuda/decode/sm90/round_scores.cuh"
 #include "cuda/decode/sm90/round_softmax.cuh"
 #include "cuda/decode/sm90/round_widening.cuh"
@@ -99,16 +100,20 @@ static __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
   hopper::claim_registers<kConsumerRegisters<C>>();
+  // An fp8 cache's tiles are widened to f16, so its MMAs take f16: Q too, scaled by 2^q_exponent.
+  constexpr bool kF16 = C == Cache::fp8;
+  int q_exponent = 0;
   if (n > 0) {
     load_q<kConsumerThreads>(p, tile, sm.q, tid);
     hopper::cp_async_wait_all();
+    if constexpr (kF16) q_exponent = query_to_f16(sm, tid);
     hopper::fence_proxy_async_shared();
   }
   named_barrier_sync(kQLoaded, kConsumerThreads);
 
   RopeFragment rope;
   load_rope_fragment(sm, warp, lane, rope);
-  const float scale_log2 = score_scale_log2(p);
+  const float scale_log2 = score_scale_log2(p) * pow2(-q_exponent);
   const int lim[2] = {pair_key_limit(p, tile, rows[0]), pair_key_limit(p, tile, rows[1])};
   RowState st;
   float o[128];
@@ -119,7 +124,7 @@ static __global__ void __launch_bounds__(kThreads, 1)
   // before, each warpgroup its own).
   auto scores = [&](int index) {
     if (partial_tile(tile, index)) zero_tail(sm, tile, index, wt, wg);
-    issue_scores(sm, index, rope, s);
+    issue_scores<kF16>(sm, index, rope, s);
     hopper::wgmma_wait<0>();
     hopper::pin_registers(s);
   };
@@ -139,13 +144,13 @@ static __global__ void __launch_bounds__(kThreads, 1)
       if (next_a) free_group(a, kRopeGroup);
       float f_a[2];
       std::uint32_t packed[8][2];
-      wide_tile_softmax(s, t0_of(a), lim, quad, scale_log2, st.m, st.l, f_a, packed);
+      wide_tile_softmax<kF16>(s, t0_of(a), lim, quad, scale_log2, st.m, st.l, f_a, packed);
       store_p(sm.p0, rows, quad, packed);
       publish_rows(sm, rows, quad, st);
       hopper::fence_proxy_async_shared();
       named_barrier_arrive(kAReady, kConsumerThreads);
       rescale_o(o, f_a[0], f_a[1]);
-      issue_pv(o, sm.p0, sm.stage(a), 0);
+      issue_pv<kF16>(o, sm.p0, sm.stage(a), 0);
       hopper::wgmma_wait<0>();
       hopper::pin_registers(o);
       if (next_a) free_group(a, kLowGroup);
@@ -156,7 +161,7 @@ static __global__ void __launch_bounds__(kThreads, 1)
         const float f_b[2] = {factor_between(m_a[0], st.m[0]), factor_between(m_a[1], st.m[1])};
         rescale_o(o, f_b[0], f_b[1]);
         named_barrier_sync(kArIssued, kConsumerThreads);
-        issue_pv(o, sm.p1, sm.stage(b), 0);
+        issue_pv<kF16>(o, sm.p1, sm.stage(b), 0);
         named_barrier_arrive(kBlIssued, kConsumerThreads);
         hopper::wgmma_wait<0>();
         hopper::pin_registers(o);
@@ -174,14 +179,14 @@ static __global__ void __launch_bounds__(kThreads, 1)
       float f_b[2] = {1.0f, 1.0f};
       if (has_b) {
         std::uint32_t packed[8][2];
-        wide_tile_softmax(s, t0_of(b), lim, quad, scale_log2, st.m, st.l, f_b, packed);
+        wide_tile_softmax<kF16>(s, t0_of(b), lim, quad, scale_log2, st.m, st.l, f_b, packed);
         store_p(sm.p1, rows, quad, packed);
         publish_rows(sm, rows, quad, st);
         hopper::fence_proxy_async_shared();
         named_barrier_arrive(kBReady, kConsumerThreads);
       }
       rescale_o(o, f_a[0], f_a[1]);
-      issue_pv(o, sm.p0, sm.stage(a), 1);
+      issue_pv<kF16>(o, sm.p0, sm.stage(a), 1);
       if (has_b) named_barrier_arrive(kArIssued, kConsumerThreads);
       hopper::wgmma_wait<0>();
       hopper::pin_registers(o);
@@ -189,7 +194,7 @@ static __global__ void __launch_bounds__(kThreads, 1)
       if (has_b) {
         rescale_o(o, f_b[0], f_b[1]);
         named_barrier_sync(kBlIssued, kConsumerThreads);
-        issue_pv(o, sm.p1, sm.stage(b), 1);
+        issue_pv<kF16>(o, sm.p1, sm.stage(b), 1);
         hopper::wgmma_wait<0>();
         hopper::pin_registers(o);
         if (next_b) free_group(b, kHighGroup);

@@ -38,6 +38,7 @@ constexpr int kBlIssued = 4;   // C0 -> C1: P_B V_L is issued (P_B V_R queues be
 constexpr int kZeroed = 5;     // + warpgroup, its 128 threads: a partial tile's tail is zero
 constexpr int kQLoaded = 7;    // both consumers: Q is in shared memory
 constexpr int kFinalRows = 8;  // both consumers: the last tile's m and l are in shared memory
+constexpr int kQScaled = 9;    // both consumers, fp8: every warp's largest |q| is in m's slots
 // The fp8 wideners: warps 1-3 of the producer warpgroup.
 constexpr int kWideners = 96;
 

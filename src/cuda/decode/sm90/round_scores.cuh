@@ -31,7 +31,9 @@ __device__ __forceinline__ void load_rope_fragment(const RoundSmem& sm, int warp
   }
 }
 
-// Issues S of tile `index` into s (one commit group); the caller waits for it.
+// Issues S of tile `index` into s (one commit group; Q and K in f16 where kF16); the caller waits
+// for it.
+template <bool kF16>
 __device__ __forceinline__ void issue_scores(const RoundSmem& sm, int index,
                                              const RopeFragment& rope, float (&s)[32]) {
   const int stage = index & 1;
@@ -39,6 +41,13 @@ __device__ __forceinline__ void issue_scores(const RoundSmem& sm, int index,
   const std::uint64_t desc_q = hopper::smem_descriptor(sm.q, 16, 1024);
   const std::uint64_t desc_k = hopper::smem_descriptor(sm.stage(index), 16, 1024);
   auto off = [](int ks) { return std::uint32_t(((ks >> 2) * kChunkBytes + (ks & 3) * 32) >> 4); };
+  auto ss = [&](int ks, bool accumulate) {
+    if constexpr (kF16) {
+      hopper::wgmma_m64n64k16_ss_f16(s, desc_q + off(ks), desc_k + off(ks), accumulate);
+    } else {
+      hopper::wgmma_m64n64k16_ss(s, desc_q + off(ks), desc_k + off(ks), accumulate);
+    }
+  };
   // Chunk c: its landing, then a fence (ptxas would otherwise add one after the wait, C7519).
   auto land = [&](int c) {
     hopper::mbarrier_wait(sm.full_bar(stage, c), parity);
@@ -49,19 +58,23 @@ __device__ __forceinline__ void issue_scores(const RoundSmem& sm, int index,
     land(c);
 #pragma unroll
     for (int ks = 4 * c; ks < 4 * c + 4; ++ks) {
-      hopper::wgmma_m64n64k16_ss(s, desc_q + off(ks), desc_k + off(ks), ks > 0);
+      ss(ks, ks > 0);
     }
   }
   land(8);
 #pragma unroll
   for (int ks = 0; ks < 4; ++ks)
-    hopper::wgmma_m64n64k16_rs(s, rope[ks], desc_k + off(32 + ks), true);
+    if constexpr (kF16) {
+      hopper::wgmma_m64n64k16_rs_f16(s, rope[ks], desc_k + off(32 + ks), true);
+    } else {
+      hopper::wgmma_m64n64k16_rs(s, rope[ks], desc_k + off(32 + ks), true);
+    }
 #pragma unroll
   for (int c = 4; c < 8; ++c) {
     land(c);
 #pragma unroll
     for (int ks = 4 * c; ks < 4 * c + 4; ++ks) {
-      hopper::wgmma_m64n64k16_ss(s, desc_q + off(ks), desc_k + off(ks), true);
+      ss(ks, true);
     }
   }
   hopper::wgmma_commit();

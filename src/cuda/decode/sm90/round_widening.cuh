@@ -1,14 +1,14 @@
 // The fp8 cache of the round decode (round_kernel.cuh): warps 1-3 of the producer warpgroup widen
 // each chunk's e4m3 bytes, which a uint8 box staged in the chunk's upper half (round_loads.cuh),
-// to bf16 in place, in the 128-byte-swizzled layout the MMAs read, and then complete the chunk's
-// full barrier as a bf16 box would. The consumers run as they do for bf16: the widening, the
-// copies and their hand-offs stay off their chains, where the warp-specialised form has them on
+// to f16 in place (every e4m3 value is an f16 value; the consumers' MMAs take f16 for an fp8
+// cache, round_query.cuh), in the 128-byte-swizzled layout the MMAs read, and then complete the
+// chunk's full barrier as a bf16 box would. The consumers run as they do for bf16: the widening,
+// the copies and their hand-offs stay off their chains, where the warp-specialised form has them on
 // its output warpgroups' path.
 //
 // One warp widens a whole chunk, the three warps taking the chunks in turn, so a chunk needs only
-// its warp's __syncwarp. The three warps' instruction issue (~1200 instructions a tile each) is
-// what bounds the fp8 round decode (docs/design/decode-kernel.md, section 3). Units without a
-// NaN byte are widened by integer moves and bf16x2 multiplies (widen_fp8x4_finite).
+// its warp's __syncwarp. By the conversion to f16 a pair takes one instruction, where bf16 took
+// four (docs/design/decode-kernel.md, section 3).
 #pragma once
 
 #include <cstdint>
@@ -27,28 +27,15 @@ static_assert(kStagedFp8 == 4096u && kChunkBytes == 8192u, "staged bytes fill th
 // 16 (u % 4) + [0, 16), and widens into units 2 (u % 4) and 2 (u % 4) + 1 of the token's row, the
 // second at the first's swizzled place with bit 4 flipped (2 (u % 4) is even). Unit k of the four
 // lies 8 k tokens after the first, so it shares the lane's swizzle (token % 8) and its place is
-// the first's plus 1024 k bytes. By the integer form unless a lane of the warp holds a NaN byte
-// (then by the conversions, whose NaN payload the warp-specialised form's have).
+// the first's plus 1024 k bytes. To f16, one conversion a pair, NaN bytes to NaN.
 __device__ __forceinline__ void widen_units(const uint4 (&raw)[4], std::uint32_t dst) {
-  bool nan = false;
 #pragma unroll
-  for (int k = 0; k < 4; ++k) nan = nan || fp8_unit_has_nan(raw[k]);
-  if (!__any_sync(0xffffffffu, nan)) {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const uint2 x = widen_fp8x4_finite(raw[k].x), y = widen_fp8x4_finite(raw[k].y);
-      const uint2 z = widen_fp8x4_finite(raw[k].z), w = widen_fp8x4_finite(raw[k].w);
-      const std::uint32_t at = dst + 1024u * std::uint32_t(k);
-      st_shared16(at, make_uint4(x.x, x.y, y.x, y.y));
-      st_shared16(at ^ 16u, make_uint4(z.x, z.y, w.x, w.y));
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const std::uint32_t at = dst + 1024u * std::uint32_t(k);
-      st_shared16(at, widen_fp8x8(raw[k].x, raw[k].y));
-      st_shared16(at ^ 16u, widen_fp8x8(raw[k].z, raw[k].w));
-    }
+  for (int k = 0; k < 4; ++k) {
+    const uint2 x = widen_fp8x4_f16(raw[k].x), y = widen_fp8x4_f16(raw[k].y);
+    const uint2 z = widen_fp8x4_f16(raw[k].z), w = widen_fp8x4_f16(raw[k].w);
+    const std::uint32_t at = dst + 1024u * std::uint32_t(k);
+    st_shared16(at, make_uint4(x.x, x.y, y.x, y.y));
+    st_shared16(at ^ 16u, make_uint4(z.x, z.y, w.x, w.y));
   }
 }
 

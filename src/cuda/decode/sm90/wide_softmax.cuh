@@ -16,9 +16,11 @@ namespace dcpmla::cuda::sm90 {
 // 8 j + 2 quad + e): masks keys at or past each row's limit lim (only on tiles that reach past
 // one: the last ones), raises each row's running max m (the row max over the quad's four lanes,
 // on raw scores: the scale is positive), gives the factor that rescales O, P = exp2(s *
-// scale_log2 - m) as bf16 pairs (packed[j][r]), and adds the fp32 probabilities into the exp-sum
+// scale_log2 - m) as bf16 pairs (f16 where kF16P: the round decode's fp8 cache; packed[j][r]),
+// and adds the fp32 probabilities into the exp-sum
 // share l. A -inf score the mask keeps poisons its row: read_score in masked tiles, the minimum
 // (a -inf among the thread's scores makes its P NaN) in the others.
+template <bool kF16P = false>
 __device__ __forceinline__ void wide_tile_softmax(float (&s)[32], int t0, const int (&lim)[2],
                                                   int quad, float scale_log2, float (&m)[2],
                                                   float (&l)[2], float (&factor)[2],
@@ -63,7 +65,7 @@ __device__ __forceinline__ void wide_tile_softmax(float (&s)[32], int t0, const 
       const float p0 = softmax_p(s[4 * j + 2 * r], scale_log2, m_use[r]);
       const float p1 = softmax_p(s[4 * j + 2 * r + 1], scale_log2, m_use[r]);
       sum[r] += p0 + p1;
-      packed[j][r] = pack_bf16x2(p0, p1);
+      packed[j][r] = kF16P ? pack_f16x2(p0, p1) : pack_bf16x2(p0, p1);
     }
   }
 #pragma unroll
