@@ -73,8 +73,10 @@ DecodeKernelChoice select_decode_kernel(const DecodeConfig& c) {
   // tiles inside it; its fp8 ones run wide, widened by its producer warpgroup. By default it takes
   // what it runs faster than the warp-specialised form: bf16 at heads in multiples of 32, whose
   // tiles hold 32 or 64 pairs, never narrow (H 128 5.6-6.6 % faster, cb1e582). Its fp8 form
-  // takes 1.17-1.40x the warp-specialised fp8 form's time on the cache_formats shapes (H200,
-  // 544187a, 2026-12-05); its narrow bf16 tiles are the other form's, not measured inside it.
+  // took 1.17-1.40x the warp-specialised fp8 form's time on the cache_formats shapes with bf16
+  // MMAs (H200, 544187a, 2026-12-05); with f16 MMAs (dc10a50) it is not yet measured, so fp8
+  // stays on the warp-specialised form. Its narrow bf16 tiles are the other form's, not measured
+  // inside it.
   const bool taken =
       c.rounds == Rounds::all ||
       (c.rounds == Rounds::bf16_wide && c.cache_dtype == DType::bf16 && c.num_heads % 32 == 0);

@@ -15,7 +15,7 @@ enum class DecodeKernel {
   sm90_bf16,       // decode/sm90, bf16 cache: tiles by the threads' copies
   sm90_fp8,        // decode/sm90, fp8 cache: tiles by the threads' copies, widened to bf16
   sm90_bf16_rounds,  // decode/sm90/round_kernel.cuh: wide bf16 tiles by 64-row boxes, in rounds
-  sm90_fp8_rounds,   // the same for fp8 caches, the tiles widened by the producer warpgroup
+  sm90_fp8_rounds,   // the same for fp8 caches, the tiles widened to f16 by the producer warpgroup
 };
 const char* to_string(DecodeKernel k);
 
