@@ -74,9 +74,9 @@ DecodeKernelChoice select_decode_kernel(const DecodeConfig& c) {
   // what it runs faster than the warp-specialised form: bf16 at heads in multiples of 32, whose
   // tiles hold 32 or 64 pairs, never narrow (H 128 5.6-6.6 % faster, cb1e582). Its fp8 form
   // took 1.17-1.40x the warp-specialised fp8 form's time on the cache_formats shapes with bf16
-  // MMAs (H200, 544187a, 2026-12-05); with f16 MMAs (dc10a50) it is not yet measured, so fp8
-  // stays on the warp-specialised form. Its narrow bf16 tiles are the other form's, not measured
-  // inside it.
+  // MMAs; with f16 MMAs 0.84-0.97x (H200, 2026-12-05, docs/design/decode-kernel.md section 3),
+  // but fp8 stays on the warp-specialised form by default until the f16 form has passed the
+  // GPU sanitizers. Its narrow bf16 tiles are the other form's, not measured inside it.
   const bool taken =
       c.rounds == Rounds::all ||
       (c.rounds == Rounds::bf16_wide && c.cache_dtype == DType::bf16 && c.num_heads % 32 == 0);

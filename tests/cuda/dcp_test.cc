@@ -229,7 +229,7 @@ TEST(CudaDcp, RoundsAndWarpSpecialisedAgree) {
               << "max|dO| " << a.max_out_diff << " max|dLSE| " << a.max_lse_diff;
         } else {
           EXPECT_EQ(a.max_lse_diff, 0.0);
-          EXPECT_LT(a.max_out_diff, 1e-2);
+          EXPECT_LE(a.max_out_diff, 0.0625);  // a bf16 output step below 8
         }
         const auto cmp = testing::compare(sc, rounds, testing::run_reference(sc),
                                           testing::tolerance_for(spec, o));
