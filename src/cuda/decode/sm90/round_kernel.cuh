@@ -1,5 +1,5 @@
 // The round decode: the sm90 decode of tiles whose KV comes by 64-row boxes (block size a
-// multiple of 64; an fp8 cache's e4m3 bytes widened to bf16 by the producer warpgroup), in rounds
+// multiple of 64; an fp8 cache's e4m3 bytes widened to f16 by the producer warpgroup), in rounds
 // of two KV tiles on two consumer warpgroups, so that one warpgroup's softmax runs beside the
 // other's MMAs (docs/design/decode-kernel.md, "The round decode"). A bf16 tile of at most 16
 // pairs goes to the warp-specialised form's narrow tile instead.

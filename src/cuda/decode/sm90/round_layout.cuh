@@ -12,7 +12,7 @@ namespace dcpmla::cuda::sm90::rounds {
 // Warpgroup 0 (C0): even tiles, O_L; warpgroup 1 (C1): odd tiles, O_R; warpgroup 2: the
 // producer, whose thread 0 issues every box (a box's issue waits while the copy engine is busy,
 // ~150 cycles a box, which stalled a consumer's whole chain). For a bf16 cache its other threads
-// only exit; for an fp8 cache its warps 1-3 widen each chunk's e4m3 bytes to bf16 in place
+// only exit; for an fp8 cache its warps 1-3 widen each chunk's e4m3 bytes to f16 in place
 // (round_widening.cuh).
 constexpr int kConsumerThreads = 256;
 constexpr int kThreads = kConsumerThreads + 128;
@@ -52,7 +52,7 @@ enum ChunkGroup { kRopeGroup = 0, kLowGroup = 1, kHighGroup = 2, kGroups = 3 };
 constexpr std::uint32_t kOffQ = 0;
 constexpr std::uint32_t kOffP1 = kOffQ + 8 * kChunkBytes;
 constexpr std::uint32_t kOffKv = kOffQ + kTileBytes;       // 2 stages of 9 chunks
-constexpr std::uint32_t kOffP0 = kOffKv + 2 * kTileBytes;  // P of tile A, 64 x 64 bf16
+constexpr std::uint32_t kOffP0 = kOffKv + 2 * kTileBytes;  // P of tile A, 64 x 64 bf16 (f16: fp8)
 constexpr std::uint32_t kOffM = kOffP0 + kPairs * 128u;    // float [64]: m after a tile
 constexpr std::uint32_t kOffL = kOffM + kPairs * 4u;       // float [64][4]: l shares (quads)
 constexpr std::uint32_t kOffFull = kOffL + kPairs * 16u;   // uint64 [2 stages][9 chunks]

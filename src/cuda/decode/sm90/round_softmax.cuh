@@ -27,7 +27,8 @@ __device__ __forceinline__ float factor_between(float m_old, float m_new) {
   return m_new == -INFINITY ? 1.0f : exp2f(m_old - m_new);
 }
 
-// P of the thread's rows into the 64 x 64 bf16 tile at p (128-byte swizzled).
+// P of the thread's rows into the 64 x 64 tile at p (bf16; f16 for an fp8 cache), 128-byte
+// swizzled.
 __device__ __forceinline__ void store_p(std::uint32_t p, const int (&rows)[2], int quad,
                                         const std::uint32_t (&packed)[8][2]) {
 #pragma unroll
