@@ -21,16 +21,14 @@ __device__ __forceinline__ float bf16_hi(std::uint32_t u) {
 __device__ __forceinline__ std::uint32_t bf16_pair(float lo, float hi) {
   return std::uint32_t(float_to_bf16(lo)) | std::uint32_t(float_to_bf16(hi)) << 16;
 }
-#if !defined(DCPMLA_EMULATE)  // the host emulation (tests/cuda/cuda_emulation.h) defines it
+// Emulated: pack_bf16x2 in tests/cuda/cuda_emulation.h, the f16 conversions below.
+#if !defined(DCPMLA_EMULATE)
 // Two floats rounded to nearest even in one instruction (the sm90 decode's P and output).
 __device__ __forceinline__ std::uint32_t pack_bf16x2(float lo, float hi) {
   std::uint32_t r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
-#endif  // !DCPMLA_EMULATE
-
-#if !defined(DCPMLA_EMULATE)
 // Two floats rounded to nearest even as f16 in one instruction (the round decode's P for an fp8
 // cache).
 __device__ __forceinline__ std::uint32_t pack_f16x2(float lo, float hi) {

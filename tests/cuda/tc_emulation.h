@@ -313,6 +313,11 @@ struct Descriptor {
   }
 };
 
+// An MMA operand's element: bf16, or f16 (the round decode's fp8 cache).
+inline float operand_value(std::uint16_t v, bool f16) {
+  return f16 ? dcpmla::f16_to_float(v) : dcpmla::bf16_to_float(v);
+}
+
 // D[64 x N] (+)= A[64 x 16] B[16 x N], this thread's fragment (rows 16 warp + lane / 4 (+ 8),
 // columns 8 j + 2 (lane % 4) + {0, 1}, in d[4 j + 2 r + e]), computed at issue.
 inline bool poisoned(const float* d, int n) {
@@ -329,10 +334,7 @@ inline bool poisoned(const float* d, int n) {
 template <int N>
 void wgmma(float (&d)[N / 2], const Descriptor* A_desc, const float (*a_rows)[16],
            std::uint64_t b_desc, bool accumulate, bool a_mn, bool b_mn, bool f16 = false) {
-  // The operands' elements: bf16, or f16 (the round decode's fp8 cache).
-  auto value = [f16](std::uint16_t v) {
-    return f16 ? dcpmla::f16_to_float(v) : dcpmla::bf16_to_float(v);
-  };
+  auto value = [f16](std::uint16_t v) { return operand_value(v, f16); };
   const Descriptor B(b_desc);
   const int t = int(thread_idx.x) % 128, warp = t / 32, lane = t % 32;
   const int rows[2] = {16 * warp + lane / 4, 16 * warp + lane / 4 + 8};
@@ -404,10 +406,7 @@ void wgmma(float (&d)[N / 2], std::uint64_t a_desc, std::uint64_t b_desc, bool a
 // (a[0]: r0, a[1]: r0 + 8) and 8 + 2 q + {0, 1} (a[2]: r0, a[3]: r0 + 8), two values a register
 // (low half first). Every lane of the warp calls (the instruction is warp-synchronous).
 inline void rs_rows(const std::uint32_t (&a)[4], float (&rows)[2][16], bool f16 = false) {
-  auto value = [f16](std::uint32_t v) {
-    const auto h = std::uint16_t(v);
-    return f16 ? dcpmla::f16_to_float(h) : dcpmla::bf16_to_float(h);
-  };
+  auto value = [f16](std::uint32_t v) { return operand_value(std::uint16_t(v), f16); };
   static std::uint32_t posted[32][32][4];  // [warp][lane][register]: one block runs at a time
   const int w = warp_of_thread(), lane = int(thread_idx.x) % 32;
   std::copy(a, a + 4, posted[w][lane]);
