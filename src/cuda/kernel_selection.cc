@@ -33,7 +33,7 @@ const char* to_string(DecodeKernel k) {
 
 Rounds rounds_by_default() {
   const char* v = std::getenv("DCPMLA_DECODE_ROUNDS");
-  if (v == nullptr) return Rounds::bf16_wide;
+  if (v == nullptr) return Rounds::measured;
   DCPMLA_REQUIRE(std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0, ErrorCode::invalid_argument,
                  "DCPMLA_DECODE_ROUNDS", "0 or 1, or unset", fmt::format("\"{}\"", v));
   return v[0] == '1' ? Rounds::all : Rounds::none;
@@ -70,16 +70,16 @@ DecodeKernelChoice select_decode_kernel(const DecodeConfig& c) {
   }
   // The round decode: tiles by one 64-row box a chunk (pages of a multiple of 64 tokens), at
   // every head count. Its bf16 tiles of at most 16 pairs run the warp-specialised form's narrow
-  // tiles inside it; its fp8 ones run wide, widened by its producer warpgroup. By default it takes
-  // what it runs faster than the warp-specialised form: bf16 at heads in multiples of 32, whose
-  // tiles hold 32 or 64 pairs, never narrow (H 128 5.6-6.6 % faster, cb1e582). Its fp8 form
-  // took 1.17-1.40x the warp-specialised fp8 form's time on the cache_formats shapes with bf16
-  // MMAs; with f16 MMAs 0.84-0.97x (H200, 2026-12-05, docs/design/decode-kernel.md section 3),
-  // but fp8 stays on the warp-specialised form by default until the f16 form has passed the
-  // GPU sanitizers. Its narrow bf16 tiles are the other form's, not measured inside it.
+  // tiles inside it; its fp8 ones run wide, widened to f16 by its producer warpgroup. By default
+  // it takes what it runs faster than the warp-specialised form: bf16 at heads in multiples of
+  // 32, whose tiles hold 32 or 64 pairs, never narrow (H 128 5.6-6.6 % faster, cb1e582), and fp8
+  // at every head count (0.84-0.97x the other form's time on the cache_formats shapes, H 16 to
+  // 128, one H200, 2026-12-05, docs/design/decode-kernel.md section 3). Its narrow bf16 tiles are
+  // the other form's, not measured inside it.
   const bool taken =
       c.rounds == Rounds::all ||
-      (c.rounds == Rounds::bf16_wide && c.cache_dtype == DType::bf16 && c.num_heads % 32 == 0);
+      (c.rounds == Rounds::measured &&
+       (c.cache_dtype == DType::fp8_e4m3 || c.num_heads % 32 == 0));
   if (taken && c.block_size % 64 == 0) {
     choice.kernel = c.cache_dtype == DType::fp8_e4m3 ? DecodeKernel::sm90_fp8_rounds
                                                      : DecodeKernel::sm90_bf16_rounds;

@@ -21,9 +21,10 @@ const char* to_string(DecodeKernel k);
 
 // Which launches the round decode takes, of those it can run (pages of a multiple of 64 tokens).
 enum class Rounds {
-  none,       // none: the warp-specialised form everywhere (DCPMLA_DECODE_ROUNDS=0)
-  bf16_wide,  // bf16 caches at head counts in multiples of 32 (the default)
-  all,        // every one, fp8 caches and narrow bf16 tiles too (DCPMLA_DECODE_ROUNDS=1)
+  none,      // none: the warp-specialised form everywhere (DCPMLA_DECODE_ROUNDS=0)
+  measured,  // where it was measured faster: bf16 caches at head counts in multiples of 32 and
+             // fp8 caches (the default)
+  all,       // every one, narrow bf16 tiles too (DCPMLA_DECODE_ROUNDS=1)
 };
 
 struct DecodeConfig {
@@ -35,7 +36,7 @@ struct DecodeConfig {
   // Which launches the round decode takes (the backend's rounds_by_default()).
   Rounds rounds = Rounds::none;
 };
-// The CUDA backend's Rounds: bf16_wide, or all / none where DCPMLA_DECODE_ROUNDS is 1 / 0 (any
+// The CUDA backend's Rounds: measured, or all / none where DCPMLA_DECODE_ROUNDS is 1 / 0 (any
 // other value is an error). The backend reads it once, when it is made (not on every decode:
 // getenv scans the environment).
 Rounds rounds_by_default();

@@ -454,25 +454,31 @@ TEST(CudaBackend, DecodeIntoSendRowsEqualsDecodeThenPack) {
 
 // Bigger plans after smaller ones (device buffers grow), the same plan again (no upload), and
 // identical bits each time.
+// bf16 and fp8 caches on pages of 64: by default the warp-specialised form's narrow tiles and
+// the round decode's wide f16 tiles (the sanitizers' small decode, scripts/device_gpu.sh).
 TEST(CudaBackend, DecodeRepeatsAndGrowsItsPlanBuffers) {
   DCPMLA_REQUIRE_GPU();
   auto be = make_backend();
-  testing::ScenarioSpec spec;
-  spec.heads = 16;
-  spec.seed = 3;
-  const testing::Scenario small = custom_scenario(spec, {2}, {40});
-  spec.seed = 4;
-  const testing::Scenario big = custom_scenario(spec, {8, 1, 4, 2, 3}, {900, 10, 2000, 64, 5});
-  gpu_testing::Split limits;
-  limits.kv_chunk_blocks = 1;
-  const auto a1 = run_decode(*be, small, 0, limits, DType::f32);
-  const auto b1 = run_decode(*be, big, 0, limits, DType::f32);
-  const auto b2 = run_decode(*be, big, 0, limits, DType::f32);
-  const auto a2 = run_decode(*be, small, 0, limits, DType::f32);
-  EXPECT_EQ(a1.out, a2.out);
-  EXPECT_EQ(a1.lse, a2.lse);
-  EXPECT_EQ(b1.out, b2.out);
-  EXPECT_EQ(b1.lse, b2.lse);
+  for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+    SCOPED_TRACE(to_string(kv));
+    testing::ScenarioSpec spec;
+    spec.heads = 16;
+    spec.kv_dtype = kv;
+    spec.seed = 3;
+    const testing::Scenario small = custom_scenario(spec, {2}, {40});
+    spec.seed = 4;
+    const testing::Scenario big = custom_scenario(spec, {8, 1, 4, 2, 3}, {900, 10, 2000, 64, 5});
+    gpu_testing::Split limits;
+    limits.kv_chunk_blocks = 1;
+    const auto a1 = run_decode(*be, small, 0, limits, DType::f32);
+    const auto b1 = run_decode(*be, big, 0, limits, DType::f32);
+    const auto b2 = run_decode(*be, big, 0, limits, DType::f32);
+    const auto a2 = run_decode(*be, small, 0, limits, DType::f32);
+    EXPECT_EQ(a1.out, a2.out);
+    EXPECT_EQ(a1.lse, a2.lse);
+    EXPECT_EQ(b1.out, b2.out);
+    EXPECT_EQ(b1.lse, b2.lse);
+  }
 }
 
 // Decode on a non-default stream, then the same decode captured in a CUDA graph (through a

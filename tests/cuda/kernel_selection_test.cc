@@ -77,15 +77,24 @@ TEST(KernelSelection, RoundsTakePagesOf64RowBoxes) {
             DecodeKernel::sm90_fp8);
 }
 
-TEST(KernelSelection, RoundsByDefaultTakeBf16AtHeadsInMultiplesOf32) {
+TEST(KernelSelection, RoundsByDefaultTakeBf16AtHeadsInMultiplesOf32AndFp8) {
   auto by_default = [](DType cache, int heads, int block_size) {
-    return select_decode_kernel({DType::bf16, cache, heads, block_size, 64, Rounds::bf16_wide});
+    return select_decode_kernel({DType::bf16, cache, heads, block_size, 64, Rounds::measured});
   };
   for (int heads : {32, 64, 96, 128}) {
     EXPECT_EQ(by_default(DType::bf16, heads, 64).kernel, DecodeKernel::sm90_bf16_rounds) << heads;
     EXPECT_EQ(by_default(DType::bf16, heads, 64).narrow_pairs, 0) << heads;
-    EXPECT_EQ(by_default(DType::fp8_e4m3, heads, 64).kernel, DecodeKernel::sm90_fp8) << heads;
   }
+  for (int heads : {1, 16, 70, 96, 128}) {
+    EXPECT_EQ(by_default(DType::fp8_e4m3, heads, 64).kernel, DecodeKernel::sm90_fp8_rounds)
+        << heads;
+    EXPECT_EQ(by_default(DType::fp8_e4m3, heads, 64).narrow_pairs, 0) << heads;
+  }
+  // fp8 on pages smaller than a box: the other form, narrow where its tiles are.
+  EXPECT_EQ(by_default(DType::fp8_e4m3, 128, 32).kernel, DecodeKernel::sm90_fp8);
+  EXPECT_EQ(
+      select_decode_kernel({DType::bf16, DType::fp8_e4m3, 16, 32, 16, Rounds::measured}).narrow_pairs,
+      16);
   EXPECT_EQ(by_default(DType::bf16, 128, 256).kernel, DecodeKernel::sm90_bf16_rounds);
   // Head counts whose tiles can be narrow, and pages smaller than a box: the other form.
   EXPECT_EQ(by_default(DType::bf16, 16, 64).kernel, DecodeKernel::sm90_bf16_bulk);
@@ -98,7 +107,7 @@ TEST(KernelSelection, RoundsByDefaultFollowTheEnvironment) {
   const char* saved = std::getenv("DCPMLA_DECODE_ROUNDS");
   const std::string before = saved ? saved : "";
   ::unsetenv("DCPMLA_DECODE_ROUNDS");
-  EXPECT_EQ(rounds_by_default(), Rounds::bf16_wide);
+  EXPECT_EQ(rounds_by_default(), Rounds::measured);
   ::setenv("DCPMLA_DECODE_ROUNDS", "1", 1);
   EXPECT_EQ(rounds_by_default(), Rounds::all);
   ::setenv("DCPMLA_DECODE_ROUNDS", "0", 1);
