@@ -95,7 +95,7 @@ static __global__ void __launch_bounds__(kThreads, 1)
     if (wt == 0) {
       produce_tiles<C>(p, sm, tile, n);
     } else if (C == Cache::fp8 && wt >= 32) {
-      widen_tiles(sm, n, wt - 32);
+      widen_tiles(sm, tile, n, wt - 32);
     }
     return;
   }
@@ -123,7 +123,8 @@ static __global__ void __launch_bounds__(kThreads, 1)
   // S of the warpgroup's tile of round 0 (S of later rounds is issued at the end of the round
   // before, each warpgroup its own).
   auto scores = [&](int index) {
-    if (partial_tile(tile, index)) zero_tail(sm, tile, index, wt, wg);
+    // An fp8 tile's wideners write its tail's zeros.
+    if (!kF16 && partial_tile(tile, index)) zero_tail(sm, tile, index, wt, wg);
     issue_scores<kF16>(sm, index, rope, s);
     hopper::wgmma_wait<0>();
     hopper::pin_registers(s);

@@ -104,10 +104,10 @@ __device__ __forceinline__ bool partial_tile(const DecodeTile& tile, int index) 
   return tile.kv_begin + (index + 1) * kKeys > tile.kv_visible_end;
 }
 
-// A partial tile, by its owner's 128 threads (wt: 0 .. 127) before its S: once every chunk has
-// landed, the rows past the visible end become zeros, as the threads' copies of the other forms
-// write them (the box brought whatever the page holds there; P is 0 on those keys, and 0 x NaN
-// would poison P.V).
+// A partial bf16 tile, by its owner's 128 threads (wt: 0 .. 127) before its S: once every chunk
+// has landed, the rows past the visible end become zeros, as the threads' copies of the other
+// forms write them (the box brought whatever the page holds there; P is 0 on those keys, and
+// 0 x NaN would poison P.V). An fp8 tile's wideners write its zeros (round_widening.cuh).
 __device__ __forceinline__ void zero_tail(const RoundSmem& sm, const DecodeTile& tile, int index,
                                           int wt, int wg) {
   const std::uint32_t parity = std::uint32_t(index >> 1) & 1u;

@@ -43,8 +43,10 @@ __device__ __forceinline__ void widen_units(const uint4 (&raw)[4], std::uint32_t
 // 0-31, below every staged byte; the second reads all its staged units before any lane writes
 // rows 32-63, which cover them. nan: the tile's page lies outside the cache (its box read zeros);
 // the units become e4m3 NaNs, as the threads' copies of the warp-specialised form write them, so
-// both forms give the same bits.
-__device__ __forceinline__ void widen_chunk(std::uint32_t chunk, bool nan, int lane) {
+// both forms give the same bits. Rows from `valid` on lie past the item's visible end and become
+// zeros, as the bf16 tiles' zero_tail writes them (round_loads.cuh): for an fp8 cache the
+// wideners are the only threads that write a stage.
+__device__ __forceinline__ void widen_chunk(std::uint32_t chunk, bool nan, int valid, int lane) {
   const std::uint32_t l = std::uint32_t(lane);
   const std::uint32_t src = chunk + kStagedFp8 + 16u * l;
   const std::uint32_t dst = chunk + hopper::swizzled_offset(l >> 2, 2u * (l & 3u));
@@ -53,8 +55,10 @@ __device__ __forceinline__ void widen_chunk(std::uint32_t chunk, bool nan, int l
     uint4 raw[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      raw[k] = nan ? make_uint4(kFp8NanWord, kFp8NanWord, kFp8NanWord, kFp8NanWord)
-                   : ld_shared16(src + 2048u * half + 512u * std::uint32_t(k));
+      const int token = int(l >> 2) + 32 * int(half) + 8 * k;
+      raw[k] = token >= valid ? make_uint4(0u, 0u, 0u, 0u)
+               : nan          ? make_uint4(kFp8NanWord, kFp8NanWord, kFp8NanWord, kFp8NanWord)
+                              : ld_shared16(src + 2048u * half + 512u * std::uint32_t(k));
     }
     __syncwarp();
     widen_units(raw, dst + 4096u * half);
@@ -67,7 +71,8 @@ __device__ __forceinline__ void widen_chunk(std::uint32_t chunk, bool nan, int l
 // issues them, warp w taking chunks w, w + 3, ...: each once its bytes have landed (its group's
 // outside-the-cache mark, which the producer set before the boxes, is then in place), then one
 // arrival on its full barrier. They read no block ids.
-__device__ __forceinline__ void widen_tiles(const RoundSmem& sm, int n, int wt) {
+__device__ __forceinline__ void widen_tiles(const RoundSmem& sm, const DecodeTile& tile, int n,
+                                            int wt) {
   const int warp = wt >> 5, lane = wt & 31;
   int turn = 0;  // the warp whose turn the next chunk is
   walk_groups(
@@ -76,6 +81,7 @@ __device__ __forceinline__ void widen_tiles(const RoundSmem& sm, int n, int wt) 
         const int stage = index & 1;
         const std::uint32_t parity = std::uint32_t(index >> 1) & 1u;
         const ChunkRange r = chunks_of(g);
+        const int valid = tile.kv_visible_end - (tile.kv_begin + index * kKeys);
 #pragma unroll 1
         for (int c = r.first; c < r.last; ++c) {
           const bool mine = turn == warp;
@@ -83,7 +89,7 @@ __device__ __forceinline__ void widen_tiles(const RoundSmem& sm, int n, int wt) 
           if (!mine) continue;
           hopper::mbarrier_wait(sm.staged_bar(stage, c), parity);
           const bool nan = sm.outside_group(stage, g) != 0;
-          widen_chunk(sm.stage(index) + std::uint32_t(c) * kChunkBytes, nan, lane);
+          widen_chunk(sm.stage(index) + std::uint32_t(c) * kChunkBytes, nan, valid, lane);
           if (lane == 0) hopper::mbarrier_arrive(sm.full_bar(stage, c));
         }
       });
