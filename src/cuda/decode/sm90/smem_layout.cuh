@@ -83,8 +83,8 @@ __device__ __forceinline__ void issue_scores_as_chunks_land(const BlockSmem& sm,
   for (int ks = 32; ks < 36; ++ks) at(ks);
   hopper::mbarrier_wait(sm.full_bar(stage, 1), parity);
   hopper::fence_proxy_async_shared();
-  // Explicit: ptxas adds this fence after the wait anyway (C7519) to keep the accumulators in
-  // place across its loop.
+  // The wgmmas after the wait's loop need their accumulators fenced; without this ptxas injects
+  // the fence itself (C7519).
   hopper::wgmma_fence();
 #pragma unroll
   for (int ks = 16; ks < 32; ++ks) at(ks);
