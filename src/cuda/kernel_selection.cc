@@ -78,8 +78,7 @@ DecodeKernelChoice select_decode_kernel(const DecodeConfig& c) {
   // the other form's, not measured inside it.
   const bool taken =
       c.rounds == Rounds::all ||
-      (c.rounds == Rounds::measured &&
-       (c.cache_dtype == DType::fp8_e4m3 || c.num_heads % 32 == 0));
+      (c.rounds == Rounds::measured && (c.cache_dtype == DType::fp8_e4m3 || c.num_heads % 32 == 0));
   if (taken && c.block_size % 64 == 0) {
     choice.kernel = c.cache_dtype == DType::fp8_e4m3 ? DecodeKernel::sm90_fp8_rounds
                                                      : DecodeKernel::sm90_bf16_rounds;

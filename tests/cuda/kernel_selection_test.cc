@@ -92,9 +92,9 @@ TEST(KernelSelection, RoundsByDefaultTakeBf16AtHeadsInMultiplesOf32AndFp8) {
   }
   // fp8 on pages smaller than a box: the other form, narrow where its tiles are.
   EXPECT_EQ(by_default(DType::fp8_e4m3, 128, 32).kernel, DecodeKernel::sm90_fp8);
-  EXPECT_EQ(
-      select_decode_kernel({DType::bf16, DType::fp8_e4m3, 16, 32, 16, Rounds::measured}).narrow_pairs,
-      16);
+  EXPECT_EQ(select_decode_kernel({DType::bf16, DType::fp8_e4m3, 16, 32, 16, Rounds::measured})
+                .narrow_pairs,
+            16);
   EXPECT_EQ(by_default(DType::bf16, 128, 256).kernel, DecodeKernel::sm90_bf16_rounds);
   // Head counts whose tiles can be narrow, and pages smaller than a box: the other form.
   EXPECT_EQ(by_default(DType::bf16, 16, 64).kernel, DecodeKernel::sm90_bf16_bulk);

@@ -123,8 +123,8 @@ static __global__ void __launch_bounds__(kThreads, 1)
   // S of the warpgroup's tile of round 0 (S of later rounds is issued at the end of the round
   // before, each warpgroup its own).
   auto scores = [&](int index) {
-    // An fp8 tile's wideners write its tail's zeros.
-    if (!kF16 && partial_tile(tile, index)) zero_tail(sm, tile, index, wt, wg);
+    // A bf16 tile's tail zeros; an fp8 tile's wideners write its own.
+    if (C == Cache::bf16 && partial_tile(tile, index)) zero_tail(sm, tile, index, wt, wg);
     issue_scores<kF16>(sm, index, rope, s);
     hopper::wgmma_wait<0>();
     hopper::pin_registers(s);
