@@ -34,6 +34,22 @@ class Scenario:
     interleave: int
     masks: list = None  # per request "causal" / "full", or None
 
+    def decode(self, rank=0, **options):
+        """dcpmla.cpu.mla_decode of the query against rank `rank`'s cache (options: the call's
+        keyword arguments)."""
+        # Here, not at the top: the reference's own tests use these scenarios without the library.
+        import dcpmla
+
+        return dcpmla.cpu.mla_decode(
+            self.q,
+            self.caches[rank],
+            self.block_table,
+            self.query_start_loc,
+            self.seq_lens,
+            SOFTMAX_SCALE,
+            **options,
+        )
+
     @property
     def q64(self):
         return self.q.astype(np.float64)

@@ -36,16 +36,7 @@ def test_single_rank_matches_reference(shape, block_size, heads, q_dtype, kv_dty
     sc = engine_scenario(
         rng, shape, heads=heads, block_size=block_size, q_dtype=q_dtype, kv_dtype=kv_dtype
     )
-    out, lse = dcpmla.cpu.mla_decode(
-        sc.q,
-        sc.caches[0],
-        sc.block_table,
-        sc.query_start_loc,
-        sc.seq_lens,
-        SOFTMAX_SCALE,
-        num_tokens=sc.num_tokens,
-        k_scale=sc.k_scale,
-    )
+    out, lse = sc.decode(num_tokens=sc.num_tokens, k_scale=sc.k_scale)
     assert out.dtype == sc.q.dtype and lse.dtype == np.float32
     assert out.shape == (sc.num_tokens, heads, 512) and lse.shape == (sc.num_tokens, heads)
     assert_matches(
@@ -87,13 +78,8 @@ def test_rank_partials_match_reference_and_merge_to_whole(
     )
     partials = []
     for rank in range(world):
-        out, lse = dcpmla.cpu.mla_decode(
-            sc.q,
-            sc.caches[rank],
-            sc.block_table,
-            sc.query_start_loc,
-            sc.seq_lens,
-            SOFTMAX_SCALE,
+        out, lse = sc.decode(
+            rank,
             num_tokens=sc.num_tokens,
             dcp_world_size=world,
             dcp_rank=rank,
@@ -114,30 +100,14 @@ def test_full_mask_rows_see_the_whole_request():
     rng = np.random.default_rng(7)
     masks = ["full", "causal", "full"]
     sc = make_scenario(rng, [4, 2, 3], [9, 40, 3], heads=8, block_size=16, masks=masks)
-    out, lse = dcpmla.cpu.mla_decode(
-        sc.q,
-        sc.caches[0],
-        sc.block_table,
-        sc.query_start_loc,
-        sc.seq_lens,
-        SOFTMAX_SCALE,
-        mask=masks,
-    )
+    out, lse = sc.decode(mask=masks)
     assert_matches(
         out,
         lse,
         *attend(sc.q64, sc.keys, sc.query_start_loc, sc.seq_lens, SOFTMAX_SCALE, masks=masks),
     )
     # One mask for every request.
-    out, lse = dcpmla.cpu.mla_decode(
-        sc.q,
-        sc.caches[0],
-        sc.block_table,
-        sc.query_start_loc,
-        sc.seq_lens,
-        SOFTMAX_SCALE,
-        mask="full",
-    )
+    out, lse = sc.decode(mask="full")
     assert_matches(
         out,
         lse,
@@ -153,9 +123,7 @@ def test_a_nan_key_poisons_exactly_the_rows_that_read_it():
     # Position 17 of request 0: rows 1..3 (bounds 18, 19, 20) read it, row 0 (bound 17) does not.
     block, offset = sc.block_table[0, 17 // 16], 17 % 16
     sc.caches[0][block, offset, 100] = np.nan
-    out, lse = dcpmla.cpu.mla_decode(
-        sc.q, sc.caches[0], sc.block_table, sc.query_start_loc, sc.seq_lens, SOFTMAX_SCALE
-    )
+    out, lse = sc.decode()
     assert np.isnan(out[1:4]).all() and np.isnan(lse[1:4]).all()
     want_out, want_lse = attend(sc.q64, sc.keys, sc.query_start_loc, sc.seq_lens, SOFTMAX_SCALE)
     keep = [0, 4]

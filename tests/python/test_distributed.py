@@ -12,7 +12,7 @@ import dcpmla  # noqa: E402
 from dcpmla.distributed import merge_partials  # noqa: E402
 
 from checks import assert_matches  # noqa: E402
-from scenarios import SOFTMAX_SCALE, make_scenario, reference  # noqa: E402
+from scenarios import make_scenario, reference  # noqa: E402
 from torch_ranks import run_ranks  # noqa: E402
 
 # Q per request, T per request: ragged, with rows that see no key on some ranks (T < W + Q), and
@@ -47,17 +47,7 @@ def _combine_matches_reference(rank, world):
         gathered = dcpmla.dcp_gather_heads(q_local)
         np.testing.assert_array_equal(gathered.numpy(), sc.q.astype(np.float32))
 
-        out, lse = dcpmla.cpu.mla_decode(
-            sc.q,
-            sc.caches[rank],
-            sc.block_table,
-            sc.query_start_loc,
-            sc.seq_lens,
-            SOFTMAX_SCALE,
-            num_tokens=sc.num_tokens,
-            dcp_world_size=world,
-            dcp_rank=rank,
-        )
+        out, lse = sc.decode(rank, num_tokens=sc.num_tokens, dcp_world_size=world, dcp_rank=rank)
         out_t = torch.from_numpy(np.asarray(out).astype(np.float32))
         if q_dtype == "bf16":
             out_t = out_t.to(torch.bfloat16)
