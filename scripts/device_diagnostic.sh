@@ -4,9 +4,11 @@
 #                 every block-wide step; the device_planning group prints each step's kind and
 #                 cycles beside the planner's times (per call and in a CUDA graph).
 #   block-times   DCPMLA_BLOCK_TIMES: thread 0 of every sm90 decode block reads the global timer
-#                 and the SM clock at its start, its first S, its last tile and its end; each shape
-#                 prints the launch's span and where its blocks' time goes (start, start-up, walk,
-#                 cycles a tile, end; the last block to end). Pass the shapes, e.g.
+#                 at its start, its query's landing, its first S, its last tile, the other
+#                 warpgroups' finish and its end (the SM clock at first S and last tile); each shape
+#                 prints the launch's span and where its blocks' time goes (start, start-up and its
+#                 query part, walk, cycles a tile, end and its wait for the other warpgroups; the
+#                 last block to end). Pass the shapes, e.g.
 #                 --filter flashmla_table or --shape 64,4096,128,1; DCPMLA_DECODE_ROUNDS=1 in the
 #                 environment times the round decode.
 # Output under $OUT (default ./gpu-out): <kind>.txt, <kind>.json, build.log, summary.txt.

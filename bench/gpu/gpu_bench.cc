@@ -453,9 +453,10 @@ struct Measured {
 
 #ifdef DCPMLA_BLOCK_TIMES
 // One decode launch's blocks (cuda::read_block_times), in us from the first block's start: the
-// launch's span; per block its start, its start-up (to its first S), its walk (first S to its
-// last tile, and SM cycles a tile over it) and its end (last tile to thread 0's stores), each as
-// min / median / max over the wide blocks; the blocks per SM; and the block that ended last.
+// launch's span; per block its start, its start-up (to its first S; of it, the query's landing
+// and the rest), its walk (first S to its last tile, and SM cycles a tile over it) and its end
+// (last tile to thread 0's stores; of it, the wait for the other warpgroups and the stores), each
+// as min / median / max over the wide blocks; the blocks per SM; and the block that ended last.
 nlohmann::json summarize_block_times(const std::vector<cuda::BlockTimes>& blocks) {
   std::vector<cuda::BlockTimes> wide;
   std::uint64_t t0 = ~std::uint64_t(0);
@@ -466,7 +467,10 @@ nlohmann::json summarize_block_times(const std::vector<cuda::BlockTimes>& blocks
     ++started;
     t0 = std::min(t0, b.start_ns);
     ++per_sm[std::size_t(b.sm % per_sm.size())];
-    if (b.first_s_ns != 0 && b.walked_ns != 0 && b.end_ns != 0 && b.tiles > 0) wide.push_back(b);
+    if (b.q_loaded_ns != 0 && b.first_s_ns != 0 && b.walked_ns != 0 && b.rows_ready_ns != 0 &&
+        b.end_ns != 0 && b.tiles > 0) {
+      wide.push_back(b);
+    }
   }
   if (wide.empty()) return nlohmann::json::object();
   auto us = [](std::uint64_t a, std::uint64_t b) { return (double(b) - double(a)) * 1e-3; };
@@ -474,14 +478,18 @@ nlohmann::json summarize_block_times(const std::vector<cuda::BlockTimes>& blocks
     std::sort(v.begin(), v.end());
     return nlohmann::json{{"min", v.front()}, {"median", v[v.size() / 2]}, {"max", v.back()}};
   };
-  std::vector<double> start, startup, walk, cycles, end;
+  std::vector<double> start, startup, query, first_s, walk, cycles, end, lag, stores;
   const cuda::BlockTimes* last = &wide.front();
   for (const auto& b : wide) {
     start.push_back(us(t0, b.start_ns));
     startup.push_back(us(b.start_ns, b.first_s_ns));
+    query.push_back(us(b.start_ns, b.q_loaded_ns));
+    first_s.push_back(us(b.q_loaded_ns, b.first_s_ns));
     walk.push_back(us(b.first_s_ns, b.walked_ns));
     cycles.push_back(double(b.walked_clock - b.first_s_clock) / double(b.tiles));
     end.push_back(us(b.walked_ns, b.end_ns));
+    lag.push_back(us(b.walked_ns, b.rows_ready_ns));
+    stores.push_back(us(b.rows_ready_ns, b.end_ns));
     if (b.end_ns > last->end_ns) last = &b;
   }
   return {{"blocks", started},
@@ -490,9 +498,13 @@ nlohmann::json summarize_block_times(const std::vector<cuda::BlockTimes>& blocks
           {"most_blocks_per_sm", *std::max_element(per_sm.begin(), per_sm.end())},
           {"start_us", spread(start)},
           {"startup_us", spread(startup)},
+          {"query_us", spread(query)},
+          {"query_to_first_s_us", spread(first_s)},
           {"walk_us", spread(walk)},
           {"walk_cycles_per_tile", spread(cycles)},
           {"end_us", spread(end)},
+          {"warpgroups_done_us", spread(lag)},
+          {"stores_us", spread(stores)},
           {"last_block",
            {{"sm", last->sm},
             {"tiles", last->tiles},
@@ -792,11 +804,13 @@ int main(int argc, char** argv) {
         };
         const auto& last = bt["last_block"];
         fmt::print(
-            "  blocks {} span {:.1f} us; min/median/max: start {} startup {} walk {} us, {} "
-            "cycles a tile, end {} us; last block: sm {} tiles {} start {:.1f} startup {:.1f} "
-            "walk {:.1f} end {:.1f} us\n",
+            "  blocks {} span {:.1f} us; min/median/max: start {} startup {} (query {}, then "
+            "first S {}) walk {} us, {} cycles a tile, end {} (warpgroups done {}, then stores "
+            "{}) us; last block: sm {} tiles {} start {:.1f} startup {:.1f} walk {:.1f} end "
+            "{:.1f} us\n",
             bt["blocks"].get<std::size_t>(), bt["span_us"].get<double>(), mm("start_us"),
-            mm("startup_us"), mm("walk_us"), mm("walk_cycles_per_tile"), mm("end_us"),
+            mm("startup_us"), mm("query_us"), mm("query_to_first_s_us"), mm("walk_us"),
+            mm("walk_cycles_per_tile"), mm("end_us"), mm("warpgroups_done_us"), mm("stores_us"),
             last["sm"].get<std::uint64_t>(), last["tiles"].get<std::uint64_t>(),
             last["start_us"].get<double>(), last["startup_us"].get<double>(),
             last["walk_us"].get<double>(), last["end_us"].get<double>());

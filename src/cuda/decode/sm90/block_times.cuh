@@ -1,7 +1,7 @@
 // Where a decode launch's time goes, block by block (DCPMLA_BLOCK_TIMES builds only; elsewhere the
-// marks compile to nothing): thread 0 of each block records the global timer and the SM clock at
-// four points of its walk into sm90_block_times, which cuda::read_block_times (sm90_decode.cu)
-// copies out after the launch.
+// marks compile to nothing): thread 0 of each block records the global timer (and the SM clock at
+// two of them) at six points of its walk into sm90_block_times, which cuda::read_block_times
+// (sm90_decode.cu) copies out after the launch.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +10,7 @@
 
 namespace dcpmla::cuda::sm90 {
 
-enum class BlockMark { start, first_s, walked, end };
+enum class BlockMark { start, q_loaded, first_s, walked, rows_ready, end };
 
 #if defined(DCPMLA_BLOCK_TIMES) && !defined(DCPMLA_EMULATE)
 static __device__ BlockTimes sm90_block_times[kMaxTimedBlocks];
@@ -26,9 +26,12 @@ __device__ __forceinline__ void mark_block(BlockMark mark, int tiles) {
     case BlockMark::start: {
       std::uint32_t sm;
       asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-      t = BlockTimes{sm, std::uint64_t(tiles), ns, 0, 0, 0, 0, 0};
+      t = BlockTimes{sm, std::uint64_t(tiles), ns, 0, 0, 0, 0, 0, 0, 0};
       break;
     }
+    case BlockMark::q_loaded:
+      t.q_loaded_ns = ns;
+      break;
     case BlockMark::first_s:
       t.first_s_ns = ns;
       t.first_s_clock = clock;
@@ -36,6 +39,9 @@ __device__ __forceinline__ void mark_block(BlockMark mark, int tiles) {
     case BlockMark::walked:
       t.walked_ns = ns;
       t.walked_clock = clock;
+      break;
+    case BlockMark::rows_ready:
+      t.rows_ready_ns = ns;
       break;
     case BlockMark::end:
       t.end_ns = ns;

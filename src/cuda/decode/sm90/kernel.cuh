@@ -83,6 +83,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int rows[2] = {16 * warp + (lane >> 2), 16 * warp + (lane >> 2) + 8};
 
   start_block<C, Bulk>(p, tile, sm, tid, wg, wt, n);
+  mark_block(BlockMark::q_loaded, n);
   if constexpr (kNarrowPairs >= 16) {
     if (tile.num_pairs <= 16) return narrow_tile<C, Bulk, 16>(p, tile, sm, n);
   }
@@ -176,6 +177,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   __syncthreads();  // the final m and l of every row are written
+  mark_block(BlockMark::rows_ready, n);
 
   const bool partial = tile.partial_row >= 0;
   const bool packed = !partial && p.final_rows.group_heads != 0;

@@ -110,6 +110,7 @@ static __global__ void __launch_bounds__(kThreads, 1)
     hopper::fence_proxy_async_shared();
   }
   named_barrier_sync(kQLoaded, kConsumerThreads);
+  mark_block(BlockMark::q_loaded, n);
 
   RopeFragment rope;
   load_rope_fragment(sm, warp, lane, rope);
@@ -205,6 +206,7 @@ static __global__ void __launch_bounds__(kThreads, 1)
   }
   mark_block(BlockMark::walked, n);
   named_barrier_sync(kFinalRows, kConsumerThreads);  // the last tile's m and l are in place
+  mark_block(BlockMark::rows_ready, n);
 
   const bool partial = tile.partial_row >= 0;
   const bool packed = !partial && p.final_rows.group_heads != 0;
