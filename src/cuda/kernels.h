@@ -49,11 +49,11 @@ std::vector<PlanStamp> read_plan_stamps(cudaStream_t s);
 
 #ifdef DCPMLA_BLOCK_TIMES
 // The sm90 decode's last launch, built with DCPMLA_BLOCK_TIMES: for each of its first
-// kMaxTimedBlocks thread blocks (wide tiles; a narrow tile records its start and its query's
-// landing only), the SM it ran on, its KV tiles, and the global timer (ns) at its start, once its
-// query is in shared memory, once its first S is done, after its last tile (thread 0's
-// warpgroup), once every warpgroup has finished its tiles, and after its thread 0's stores, with
-// the SM clock at first S and last tile.
+// kMaxTimedBlocks thread blocks (wide tiles; a narrow tile records its start only, and in the
+// warp-specialised form its query's landing), the SM it ran on, its KV tiles, and the global timer
+// (ns) at its start, once its query is in shared memory, once its first S is done, after its last
+// tile (thread 0's warpgroup), once every warpgroup has finished its tiles, and after its thread
+// 0's stores, with the SM clock at first S and last tile.
 inline constexpr int kMaxTimedBlocks = 4096;
 struct BlockTimes {
   std::uint64_t sm, tiles, start_ns, first_s_ns, walked_ns, end_ns, first_s_clock, walked_clock;
