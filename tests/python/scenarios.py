@@ -35,8 +35,9 @@ class Scenario:
     masks: list = None  # per request "causal" / "full", or None
 
     def decode(self, rank=0, **options):
-        """dcpmla.cpu.mla_decode of the query against rank `rank`'s cache (options: the call's
-        keyword arguments)."""
+        """dcpmla.cpu.mla_decode of the query against rank `rank`'s cache: the rank's partial
+        under the scenario's sharding, its padding rows and k_scale (options: further keyword
+        arguments, e.g. mask)."""
         # Here, not at the top: the reference's own tests use these scenarios without the library.
         import dcpmla
 
@@ -47,6 +48,11 @@ class Scenario:
             self.query_start_loc,
             self.seq_lens,
             SOFTMAX_SCALE,
+            num_tokens=self.num_tokens,
+            dcp_world_size=self.world,
+            dcp_rank=rank,
+            dcp_interleave=self.interleave,
+            k_scale=self.k_scale,
             **options,
         )
 

@@ -36,7 +36,7 @@ def test_single_rank_matches_reference(shape, block_size, heads, q_dtype, kv_dty
     sc = engine_scenario(
         rng, shape, heads=heads, block_size=block_size, q_dtype=q_dtype, kv_dtype=kv_dtype
     )
-    out, lse = sc.decode(num_tokens=sc.num_tokens, k_scale=sc.k_scale)
+    out, lse = sc.decode()
     assert out.dtype == sc.q.dtype and lse.dtype == np.float32
     assert out.shape == (sc.num_tokens, heads, 512) and lse.shape == (sc.num_tokens, heads)
     assert_matches(
@@ -78,14 +78,7 @@ def test_rank_partials_match_reference_and_merge_to_whole(
     )
     partials = []
     for rank in range(world):
-        out, lse = sc.decode(
-            rank,
-            num_tokens=sc.num_tokens,
-            dcp_world_size=world,
-            dcp_rank=rank,
-            dcp_interleave=interleave,
-            k_scale=sc.k_scale,
-        )
+        out, lse = sc.decode(rank)
         want = reference(sc, rank)
         assert_matches(out, lse, *want)
         partials.append((out.astype(np.float64), lse.astype(np.float64)))
