@@ -8,6 +8,7 @@
 #include "cuda/decode/decode_tile.cuh"
 #include "cuda/decode/sm90/smem_layout.cuh"
 #include "cuda/decode/sm90/softmax.cuh"
+#include "cuda/decode/sm90/tile_common.cuh"
 
 namespace dcpmla::cuda::sm90 {
 
@@ -59,6 +60,39 @@ __device__ __forceinline__ void store_packed_row(const DecodeParams& p, std::int
 #pragma unroll
   for (int j = 0; j < 32; ++j) {
     store_output2(p.final_rows, at + 8 * j, o[4 * j + 2 * r] * scale, o[4 * j + 2 * r + 1] * scale);
+  }
+}
+
+// bf16 final rows in the plain layout, staged: a wide fragment's rows go to shared memory first,
+// kStagedRowBytes apart (a row's 1024 bytes and 16 of padding, so that the 8 rows one store of a
+// warp touches lie in distinct banks), then the threads copy whole rows out in 16-byte pieces. A
+// tile's output items are consecutive rows, so a warp's store covers 512 contiguous bytes instead
+// of 16 bytes of each of 8 rows.
+constexpr std::uint32_t kStagedRowBytes = kLatentDim * 2 + 16;
+constexpr std::uint32_t kStagedOutputBytes = kPairs * kStagedRowBytes;
+
+// Accumulator row r (0 or 1) of a 64 x 256 wgmma fragment o, times scale, into staged row `row`
+// from element `col` (dim 2 quad of the thread's first column): columns 8 j + {0, 1}.
+__device__ __forceinline__ void stage_output_row(std::uint32_t staging, int row, int col,
+                                                 const float (&o)[128], int r, float scale) {
+  const std::uint32_t at = staging + std::uint32_t(row) * kStagedRowBytes + 2u * std::uint32_t(col);
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    st_shared4(at + 16u * std::uint32_t(j),
+               pack_bf16x2(o[4 * j + 2 * r] * scale, o[4 * j + 2 * r + 1] * scale));
+  }
+}
+
+// Staged rows [0, rows) into the final rows of items first, first + 1, ..., by `threads` threads
+// (t: this thread's index among them).
+__device__ __forceinline__ void copy_staged_rows(const DecodeParams& p, std::uint32_t staging,
+                                                 std::int64_t first, int rows, int t, int threads) {
+  constexpr int kPieces = kLatentDim * 2 / 16;  // 16-byte pieces of a row
+  auto* out = static_cast<bf16_bits*>(p.final_rows.out) + first * kLatentDim;
+  for (int i = t; i < rows * kPieces; i += threads) {
+    const int row = i / kPieces, piece = i % kPieces;
+    const uint4 v = ld_shared16(staging + std::uint32_t(row) * kStagedRowBytes + 16u * piece);
+    *reinterpret_cast<uint4*>(out + std::int64_t(row) * kLatentDim + 8 * piece) = v;
   }
 }
 
