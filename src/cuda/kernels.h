@@ -96,6 +96,11 @@ struct DecodeParams {
   // Set by launch_sm90_decode for bf16 caches: the cache as a [num_blocks * block_size, 576] bf16
   // tensor in boxes of 64 dims x min(block_size, 64) rows, 128-byte swizzle, NaN past its end.
   CUtensorMap kv_map{};
+  // Set by launch_sm90_decode for the round decode of a plain bf16 query (q_group_heads 0): q as a
+  // [q_rows * H, 576] bf16 tensor in boxes of 64 dims x 64 pairs, 128-byte swizzle, zeros past its
+  // end; q_boxes says the map is set (else the threads copy the query).
+  CUtensorMap q_map{};
+  bool q_boxes = false;
 };
 // decode/fma/fma_decode.cu: the FMA kernel (DecodeKernel::fma, kernel_selection.h).
 void launch_fma_decode(const DecodeParams& p, DType q_dtype, DType cache_dtype,

@@ -49,22 +49,38 @@ void run_ws(const TileRun& run) {
                        [&] { sm90::decode_kernel<C, Bulk>(p); });
 }
 
-// The round decode (bf16 or fp8 caches of pages of a multiple of 64 tokens): bf16 tiles of at
-// most 16 pairs run the warp-specialised form's narrow tiles inside it, fp8 ones wide.
-void run_rounds(const testing::ScenarioSpec& spec, const TileRun& run) {
-  ASSERT_TRUE(spec.kv_dtype != DType::f32 && spec.block_size % 64 == 0);
-  const bool fp8 = spec.kv_dtype == DType::fp8_e4m3;
-  DecodeParams p = run.p;
-  p.kv_map = kv_map_of(p, fp8);
-  dcpmla_emu::run_grid(int(run.plan.work.size()), sm90::rounds::kThreads, sm90::rounds::kSmemBytes,
-                       [&] {
-                         if (fp8) {
-                           sm90::rounds::round_decode_kernel<sm90::Cache::fp8>(p);
-                         } else {
-                           sm90::rounds::round_decode_kernel<sm90::Cache::bf16>(p);
-                         }
-                       });
+// The query's tensor map, as sm90_decode.cu encodes it for the round decode ([rows * H, 576] bf16;
+// the emulation fills NaN past its end where the GPU's map fills zeros: rows past a tile's pairs
+// must not matter either way).
+CUtensorMap q_map_of(const TileRun& run) {
+  const std::uint64_t pairs = run.q.size() / (kHeadDim * 2);
+  return dcpmla_emu::encode_tensor_map(
+      {run.q.data(), {std::uint64_t(kHeadDim), pairs}, kHeadDim * 2, {64u, 64u}, 2});
 }
+
+// The round decode (bf16 or fp8 caches of pages of a multiple of 64 tokens), the query by boxes
+// (as the GPU runs a plain query) or by the consumers' copies (a gathered one): bf16 tiles of at
+// most 16 pairs run the warp-specialised form's narrow tiles inside it, fp8 ones wide.
+TileRunner rounds_with(bool q_boxes) {
+  return [q_boxes](const testing::ScenarioSpec& spec, const TileRun& run) {
+    ASSERT_TRUE(spec.kv_dtype != DType::f32 && spec.block_size % 64 == 0);
+    ASSERT_EQ(spec.q_dtype, DType::bf16);
+    const bool fp8 = spec.kv_dtype == DType::fp8_e4m3;
+    DecodeParams p = run.p;
+    p.kv_map = kv_map_of(p, fp8);
+    p.q_boxes = q_boxes;
+    if (q_boxes) p.q_map = q_map_of(run);
+    dcpmla_emu::run_grid(int(run.plan.work.size()), sm90::rounds::kThreads,
+                         sm90::rounds::kSmemBytes, [&] {
+                           if (fp8) {
+                             sm90::rounds::round_decode_kernel<sm90::Cache::fp8>(p);
+                           } else {
+                             sm90::rounds::round_decode_kernel<sm90::Cache::bf16>(p);
+                           }
+                         });
+  };
+}
+const TileRunner run_rounds = rounds_with(true);
 
 // The sm90 kernel sm90_decode.cu launches for the scenario's cache.
 void run_sm90(const testing::ScenarioSpec& spec, const TileRun& run) {
@@ -243,6 +259,32 @@ TEST(TensorCoreEmulation, RoundsGiveTheBitsOfTheOtherForms) {
         ASSERT_EQ(std::memcmp(flat.out.data(), rounds.out.data(), ws.out.size() * 4), 0);
         ASSERT_EQ(std::memcmp(flat.lse.data(), rounds.lse.data(), ws.lse.size() * 4), 0);
       }
+    }
+  }
+}
+
+// The query by boxes (rows past a tile's pairs then hold the next pairs of q, or NaN past its end)
+// and by the consumers' copies (zeros there) give the same bits, bf16 and fp8 (whose query scale
+// comes from the tile's own rows), with partial tiles of 32 pairs and rows that see no key.
+TEST(TensorCoreEmulation, RoundsQueryByBoxesOrCopiesGiveTheSameBits) {
+  int seed = 120;
+  for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+    for (bool small : {false, true}) {
+      testing::Scenario sc = small ? small_case(DType::bf16, kv, 96, 64, std::uint64_t(seed))
+                                   : walk_case(kv, 96, 64, std::uint64_t(seed), true);
+      ++seed;
+      // The later rows 2^30 times larger: a tile's query scale taken from the next pairs too would
+      // put its own rows among f16's subnormals and change an fp8 tile's bits.
+      for (std::size_t i = sc.q.size() / 2; i < sc.q.size(); ++i) sc.q[i] = std::ldexp(sc.q[i], 30);
+      const int rank = seed % 2;
+      SCOPED_TRACE(testing::describe(sc.spec) + " rank " + std::to_string(rank));
+      const Split limits;
+      const Result boxes =
+          emulated_decode(sc, rank, sc.batch, limits, DType::f32, rounds_with(true));
+      const Result copies =
+          emulated_decode(sc, rank, sc.batch, limits, DType::f32, rounds_with(false));
+      ASSERT_EQ(std::memcmp(boxes.out.data(), copies.out.data(), boxes.out.size() * 4), 0);
+      ASSERT_EQ(std::memcmp(boxes.lse.data(), copies.lse.data(), boxes.lse.size() * 4), 0);
     }
   }
 }

@@ -90,6 +90,7 @@ static __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < 2 * kChunks; ++i) hopper::mbarrier_init(sm.full + 8u * i, 1);
     for (int i = 0; i < 2 * kGroups; ++i) hopper::mbarrier_init(sm.empty + 8u * i, 1);
     for (int i = 0; i < 2 * kChunks; ++i) hopper::mbarrier_init(sm.staged + 8u * i, 1);
+    hopper::mbarrier_init(sm.q_full, 1);
   }
   __syncthreads();
   if (wg == 2) {
@@ -104,11 +105,17 @@ static __global__ void __launch_bounds__(kThreads, 1)
   hopper::claim_registers<kConsumerRegisters<C>>();
   // An fp8 cache's tiles are widened to f16, so its MMAs take f16: Q too, scaled by 2^q_exponent.
   constexpr bool kF16 = C == Cache::fp8;
+  // The key limits' loads run while the query lands.
+  const int lim[2] = {pair_key_limit(p, tile, rows[0]), pair_key_limit(p, tile, rows[1])};
   int q_exponent = 0;
   if (n > 0) {
-    load_q<kConsumerThreads>(p, tile, sm.q, tid);
-    hopper::cp_async_wait_all();
-    if constexpr (kF16) q_exponent = query_to_f16(sm, tid);
+    if (p.q_boxes) {
+      hopper::mbarrier_wait(sm.q_full, 0);
+    } else {
+      load_q<kConsumerThreads>(p, tile, sm.q, tid);
+      hopper::cp_async_wait_all();
+    }
+    if constexpr (kF16) q_exponent = query_to_f16(sm, tid, tile.num_pairs);
     hopper::fence_proxy_async_shared();
   }
   named_barrier_sync(kQLoaded, kConsumerThreads);
@@ -117,7 +124,6 @@ static __global__ void __launch_bounds__(kThreads, 1)
   RopeFragment rope;
   load_rope_fragment(sm, warp, lane, rope);
   const float scale_log2 = score_scale_log2(p) * pow2(-q_exponent);
-  const int lim[2] = {pair_key_limit(p, tile, rows[0]), pair_key_limit(p, tile, rows[1])};
   RowState st;
   float o[128];
 #pragma unroll

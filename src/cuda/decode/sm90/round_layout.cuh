@@ -59,7 +59,8 @@ constexpr std::uint32_t kOffL = kOffM + kPairs * 4u;       // float [64][4]: l s
 constexpr std::uint32_t kOffFull = kOffL + kPairs * 16u;   // uint64 [2 stages][9 chunks]
 constexpr std::uint32_t kOffEmpty = kOffFull + 2u * kChunks * 8u;    // uint64 [2 stages][3 groups]
 constexpr std::uint32_t kOffStaged = kOffEmpty + 2u * kGroups * 8u;  // uint64 [2 stages][9 chunks]
-constexpr std::uint32_t kOffOutside = kOffStaged + 2u * kChunks * 8u;  // int [2 stages][3 groups]
+constexpr std::uint32_t kOffQFull = kOffStaged + 2u * kChunks * 8u;  // uint64: Q's boxes landed
+constexpr std::uint32_t kOffOutside = kOffQFull + 8u;                // int [2 stages][3 groups]
 constexpr std::uint32_t kUsedBytes = kOffOutside + 2u * kGroups * 4u;
 constexpr std::uint32_t kSmemBytes = kUsedBytes + 1024;  // aligned up to 1024 inside
 static_assert(kSmemBytes <= 227u * 1024u, "sm_90 allows 227 KiB of shared memory per block");
@@ -68,7 +69,7 @@ static_assert(kChunks == 9, "8 latent chunks and the rope chunk");
 // A thread block's shared memory: shared addresses for the MMA operands and barriers, pointers
 // for what threads read and write directly.
 struct RoundSmem {
-  std::uint32_t q, kv, p0, p1, full, empty, staged;
+  std::uint32_t q, kv, p0, p1, full, empty, staged, q_full;
   const unsigned char* q_bytes;
   float* m;      // [64]
   float* l;      // [64][4]
@@ -82,6 +83,7 @@ struct RoundSmem {
         full(smem_addr(smem) + kOffFull),
         empty(smem_addr(smem) + kOffEmpty),
         staged(smem_addr(smem) + kOffStaged),
+        q_full(smem_addr(smem) + kOffQFull),
         q_bytes(smem + kOffQ),
         m(reinterpret_cast<float*>(smem + kOffM)),
         l(reinterpret_cast<float*>(smem + kOffL)),
@@ -105,6 +107,8 @@ struct RoundSmem {
   __device__ __forceinline__ int& outside_group(int stage, ChunkGroup g) const {
     return outside[kGroups * stage + g];
   }
+  // q_full: the query's 9 boxes have landed (a plain bf16 query, DecodeParams::q_boxes; count 1
+  // and 72 KiB, one phase).
   __device__ __forceinline__ std::uint32_t stage(int tile_index) const {
     return kv + std::uint32_t(tile_index & 1) * kTileBytes;
   }

@@ -72,14 +72,31 @@ __device__ __forceinline__ void walk_groups(int n, KeyOf key_of, Fn fn) {
   }
 }
 
-// The producer thread (thread 0 of warpgroup 2): every chunk's box, each group once the
-// consumers have freed it in the tile two before. A bf16 box lands swizzled in the chunk and
-// completes its full barrier; an fp8 box (uint8, unswizzled: 64 tokens x 64 bytes) lands in the
-// chunk's upper half and completes its staged barrier, for the wideners. Only this thread waits
-// for the block ids and for the copy engine to take each box.
+// The producer thread (thread 0 of warpgroup 2): the query's boxes where q_boxes, then every
+// chunk's box, each group once the consumers have freed it in the tile two before. A bf16 box lands
+// swizzled in the chunk and completes its full barrier; an fp8 box (uint8, unswizzled: 64 tokens x
+// 64 bytes) lands in the chunk's upper half and completes its staged barrier, for the wideners.
+// Only this thread waits for the block ids and for the copy engine to take each box. A plain bf16
+// query's 64 pairs from the item's first (row, head) slot on, as 9 boxes of 64 dims into Q's
+// swizzled chunks, completing q_full: a thread's few instructions where the consumers' 16-byte
+// copies took ~18 a thread with their address arithmetic. Rows past the item's pairs hold the next
+// pairs of q (zeros past its end): their scores are masked (their key limit is the item's first
+// key) and their outputs never stored.
+__device__ __forceinline__ void issue_query_boxes(const DecodeParams& p, const RoundSmem& sm,
+                                                  const DecodeTile& tile) {
+  const int slot = int(std::int64_t(tile.row_begin) * p.num_heads + tile.pair_begin);
+  hopper::mbarrier_arrive_expect_tx(sm.q_full, kTileBytes);
+#pragma unroll 1
+  for (int c = 0; c < kChunks; ++c) {
+    hopper::bulk_tensor_load_2d(sm.q + std::uint32_t(c) * kChunkBytes, &p.q_map, c * 64, slot,
+                                sm.q_full);
+  }
+}
+
 template <Cache C>
 __device__ __forceinline__ void produce_tiles(const DecodeParams& p, const RoundSmem& sm,
                                               const DecodeTile& tile, int n) {
+  if (p.q_boxes && n > 0) issue_query_boxes(p, sm, tile);
   constexpr std::uint32_t kBoxBytes = C == Cache::bf16 ? kChunkBytes : kChunkBytes / 2;
   constexpr std::uint32_t kBoxAt = C == Cache::bf16 ? 0u : kStagedFp8;
   const int outside = int(std::int64_t(p.num_blocks) * p.block_size);  // tile_box_row's mark

@@ -30,11 +30,12 @@ __device__ __forceinline__ float pow2(int s) {
   return bits_float(std::uint32_t(s + 127) << 23);
 }
 
-// Q's 9 chunks (64 rows x 576 bf16 at sm.q, zeros past the tile's pairs) -> f16 x 2^s in place,
-// by the consumers' threads (tid < kConsumerThreads), each on the units its load_q copied, once
-// its copies have completed; returns s. The caller's barrier (kQLoaded) orders the stores before
+// Q's 9 chunks (64 rows x 576 bf16 at sm.q; rows from `pairs` on are not the tile's: zeros, or
+// the next pairs of q where its boxes brought it) -> f16 x 2^s in place, s from the tile's own
+// rows, by the consumers' threads (tid < kConsumerThreads), each on the units its load_q copied,
+// once Q has landed; returns s. The caller's barrier (kQLoaded) orders the stores before
 // the MMAs' reads and the scratch slots before anyone rewrites m.
-__device__ __forceinline__ int query_to_f16(const RoundSmem& sm, int tid) {
+__device__ __forceinline__ int query_to_f16(const RoundSmem& sm, int tid, int pairs) {
   constexpr int kRowUnits = kHeadDim * 2 / 16;  // 72 units of 8 values a row, as load_q
   constexpr int kUnits = kPairs * kRowUnits;
   auto unit_at = [&](int u) {
@@ -43,7 +44,7 @@ __device__ __forceinline__ int query_to_f16(const RoundSmem& sm, int tid) {
            hopper::swizzled_offset(std::uint32_t(r), std::uint32_t(rem & 7));
   };
   std::uint32_t top = 0;
-  for (int u = tid; u < kUnits; u += kConsumerThreads) {
+  for (int u = tid; u < pairs * kRowUnits; u += kConsumerThreads) {
     const uint4 v = ld_shared16(unit_at(u));
     const std::uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll

@@ -50,6 +50,24 @@ void encode_kv_map(DecodeParams& p, bool kv_shared, bool fp8) {
                  "CUDA_SUCCESS", std::to_string(int(r)));
 }
 
+// The round decode's query map where the query is plain ([rows, H, 576] bf16: an item's pairs are
+// consecutive rows of a [rows * H, 576] tensor); a gathered query's pairs lie in W groups, which
+// the threads copy.
+void encode_q_map(DecodeParams& p) {
+  p.q_boxes = p.q_group_heads == 0;
+  if (!p.q_boxes) return;
+  const cuuint64_t dims[2] = {cuuint64_t(kHeadDim), cuuint64_t(p.q_rows * p.num_heads)};
+  const cuuint64_t strides[1] = {cuuint64_t(kHeadDim) * 2};
+  const cuuint32_t box[2] = {64, cuuint32_t(sm90::kPairs)};
+  const cuuint32_t elem[2] = {1, 1};
+  const CUresult r = tensor_map_encoder()(
+      &p.q_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p.q), dims, strides, box,
+      elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  DCPMLA_REQUIRE(r == CUDA_SUCCESS, ErrorCode::backend_failure, "cuTensorMapEncodeTiled (query)",
+                 "CUDA_SUCCESS", std::to_string(int(r)));
+}
+
 }  // namespace
 
 #ifdef DCPMLA_BLOCK_TIMES
@@ -84,11 +102,13 @@ void launch_sm90_decode(const DecodeParams& params, DecodeKernel kernel, std::in
   const unsigned blocks = unsigned(num_tiles);
   if (kernel == DecodeKernel::sm90_bf16_rounds) {
     encode_kv_map(p, kv_shared, false);
+    encode_q_map(p);
     gpu::launch_with_shared_memory<sm90::rounds::round_decode_kernel<sm90::Cache::bf16>>(
         blocks, sm90::rounds::kThreads, sm90::rounds::kSmemBytes, p, s,
         "round_decode_kernel<<<>>>");
   } else if (kernel == DecodeKernel::sm90_fp8_rounds) {
     encode_kv_map(p, kv_shared, true);
+    encode_q_map(p);
     gpu::launch_with_shared_memory<sm90::rounds::round_decode_kernel<sm90::Cache::fp8>>(
         blocks, sm90::rounds::kThreads, sm90::rounds::kSmemBytes, p, s,
         "round_decode_kernel<<<>>>");
