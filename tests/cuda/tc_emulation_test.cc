@@ -265,17 +265,28 @@ TEST(TensorCoreEmulation, RoundsGiveTheBitsOfTheOtherForms) {
 
 // The query by boxes (rows past a tile's pairs then hold the next pairs of q, or NaN past its end)
 // and by the consumers' copies (zeros there) give the same bits, bf16 and fp8 (whose query scale
-// comes from the tile's own rows), with partial tiles of 32 pairs and rows that see no key.
+// comes from the tile's own rows). At 104 heads request 0's last tile holds 56 pairs and
+// request 1's two 52 (tiles of more than 48 pairs come by boxes), beside rows that see no key.
 TEST(TensorCoreEmulation, RoundsQueryByBoxesOrCopiesGiveTheSameBits) {
+  constexpr int H = 104;
   int seed = 120;
   for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
     for (bool small : {false, true}) {
-      testing::Scenario sc = small ? small_case(DType::bf16, kv, 96, 64, std::uint64_t(seed))
-                                   : walk_case(kv, 96, 64, std::uint64_t(seed), true);
+      testing::Scenario sc = small ? small_case(DType::bf16, kv, H, 64, std::uint64_t(seed))
+                                   : walk_case(kv, H, 64, std::uint64_t(seed), true);
       ++seed;
-      // The later rows 2^30 times larger: a tile's query scale taken from the next pairs too would
-      // put its own rows among f16's subnormals and change an fp8 tile's bits.
-      for (std::size_t i = sc.q.size() / 2; i < sc.q.size(); ++i) sc.q[i] = std::ldexp(sc.q[i], 30);
+      // Odd requests' queries 2^40 times larger: a query scale taken from the pairs after a
+      // tile of request 0 would flush its f16 query to zeros.
+      std::size_t row = 0;
+      for (int b = 0; b < sc.batch.num_requests(); ++b) {
+        const std::size_t q = std::size_t(sc.batch.q_len(b));
+        if (b % 2 == 1) {
+          for (std::size_t i = row * H * kHeadDim; i < (row + q) * H * kHeadDim; ++i) {
+            sc.q[i] = std::ldexp(sc.q[i], 40);
+          }
+        }
+        row += q;
+      }
       const int rank = seed % 2;
       SCOPED_TRACE(testing::describe(sc.spec) + " rank " + std::to_string(rank));
       const Split limits;

@@ -109,7 +109,7 @@ static __global__ void __launch_bounds__(kThreads, 1)
   const int lim[2] = {pair_key_limit(p, tile, rows[0]), pair_key_limit(p, tile, rows[1])};
   int q_exponent = 0;
   if (n > 0) {
-    if (p.q_boxes) {
+    if (query_by_boxes(p, tile)) {
       hopper::mbarrier_wait(sm.q_full, 0);
     } else {
       load_q<kConsumerThreads>(p, tile, sm.q, tid);

@@ -107,7 +107,7 @@ struct RoundSmem {
   __device__ __forceinline__ int& outside_group(int stage, ChunkGroup g) const {
     return outside[kGroups * stage + g];
   }
-  // q_full: the query's 9 boxes have landed (a plain bf16 query, DecodeParams::q_boxes; count 1
+  // q_full: the query's 9 boxes have landed (query_by_boxes, round_loads.cuh; count 1
   // and 72 KiB, one phase).
   __device__ __forceinline__ std::uint32_t stage(int tile_index) const {
     return kv + std::uint32_t(tile_index & 1) * kTileBytes;

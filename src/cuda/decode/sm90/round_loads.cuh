@@ -72,7 +72,7 @@ __device__ __forceinline__ void walk_groups(int n, KeyOf key_of, Fn fn) {
   }
 }
 
-// The producer thread (thread 0 of warpgroup 2): the query's boxes where q_boxes, then every
+// The producer thread (thread 0 of warpgroup 2): the query's boxes (query_by_boxes), then every
 // chunk's box, each group once the consumers have freed it in the tile two before. A bf16 box lands
 // swizzled in the chunk and completes its full barrier; an fp8 box (uint8, unswizzled: 64 tokens x
 // 64 bytes) lands in the chunk's upper half and completes its staged barrier, for the wideners.
@@ -82,6 +82,13 @@ __device__ __forceinline__ void walk_groups(int n, KeyOf key_of, Fn fn) {
 // copies took ~18 a thread with their address arithmetic. Rows past the item's pairs hold the next
 // pairs of q (zeros past its end): their scores are masked (their key limit is the item's first
 // key) and their outputs never stored.
+// Whether the item's query comes by boxes: a plain query, and a tile of more than 48 pairs (a box
+// brings 64 rows, 1152 bytes each, whatever the pairs: 4x a 16-pair tile's query, read by every
+// item of a memory-bound batch).
+__device__ __forceinline__ bool query_by_boxes(const DecodeParams& p, const DecodeTile& tile) {
+  return p.q_boxes && tile.num_pairs > 48;
+}
+
 __device__ __forceinline__ void issue_query_boxes(const DecodeParams& p, const RoundSmem& sm,
                                                   const DecodeTile& tile) {
   const int slot = int(std::int64_t(tile.row_begin) * p.num_heads + tile.pair_begin);
@@ -96,7 +103,7 @@ __device__ __forceinline__ void issue_query_boxes(const DecodeParams& p, const R
 template <Cache C>
 __device__ __forceinline__ void produce_tiles(const DecodeParams& p, const RoundSmem& sm,
                                               const DecodeTile& tile, int n) {
-  if (p.q_boxes && n > 0) issue_query_boxes(p, sm, tile);
+  if (query_by_boxes(p, tile) && n > 0) issue_query_boxes(p, sm, tile);
   constexpr std::uint32_t kBoxBytes = C == Cache::bf16 ? kChunkBytes : kChunkBytes / 2;
   constexpr std::uint32_t kBoxAt = C == Cache::bf16 ? 0u : kStagedFp8;
   const int outside = int(std::int64_t(p.num_blocks) * p.block_size);  // tile_box_row's mark
