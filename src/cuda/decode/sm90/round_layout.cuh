@@ -69,6 +69,8 @@ static_assert(kChunks == 9, "8 latent chunks and the rope chunk");
 // A thread block's shared memory: shared addresses for the MMA operands and barriers, pointers
 // for what threads read and write directly.
 struct RoundSmem {
+  // q_full: the query's 9 boxes have landed (query_by_boxes, round_loads.cuh; count 1 and 72 KiB,
+  // one phase).
   std::uint32_t q, kv, p0, p1, full, empty, staged, q_full;
   const unsigned char* q_bytes;
   float* m;      // [64]
@@ -107,8 +109,6 @@ struct RoundSmem {
   __device__ __forceinline__ int& outside_group(int stage, ChunkGroup g) const {
     return outside[kGroups * stage + g];
   }
-  // q_full: the query's 9 boxes have landed (query_by_boxes, round_loads.cuh; count 1
-  // and 72 KiB, one phase).
   __device__ __forceinline__ std::uint32_t stage(int tile_index) const {
     return kv + std::uint32_t(tile_index & 1) * kTileBytes;
   }

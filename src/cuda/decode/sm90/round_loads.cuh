@@ -72,16 +72,6 @@ __device__ __forceinline__ void walk_groups(int n, KeyOf key_of, Fn fn) {
   }
 }
 
-// The producer thread (thread 0 of warpgroup 2): the query's boxes (query_by_boxes), then every
-// chunk's box, each group once the consumers have freed it in the tile two before. A bf16 box lands
-// swizzled in the chunk and completes its full barrier; an fp8 box (uint8, unswizzled: 64 tokens x
-// 64 bytes) lands in the chunk's upper half and completes its staged barrier, for the wideners.
-// Only this thread waits for the block ids and for the copy engine to take each box. A plain bf16
-// query's 64 pairs from the item's first (row, head) slot on, as 9 boxes of 64 dims into Q's
-// swizzled chunks, completing q_full: a thread's few instructions where the consumers' 16-byte
-// copies took ~18 a thread with their address arithmetic. Rows past the item's pairs hold the next
-// pairs of q (zeros past its end): their scores are masked (their key limit is the item's first
-// key) and their outputs never stored.
 // Whether the item's query comes by boxes: a plain query, and a tile of more than 48 pairs (a box
 // brings 64 rows, 1152 bytes each, whatever the pairs: 4x a 16-pair tile's query, read by every
 // item of a memory-bound batch).
@@ -89,6 +79,11 @@ __device__ __forceinline__ bool query_by_boxes(const DecodeParams& p, const Deco
   return p.q_boxes && tile.num_pairs > 48;
 }
 
+// A plain bf16 query's 64 pairs from the item's first (row, head) slot on, as 9 boxes of 64 dims
+// into Q's swizzled chunks, completing q_full: a thread's few instructions where the consumers'
+// 16-byte copies took ~18 a thread with their address arithmetic. Rows past the item's pairs hold
+// the next pairs of q (zeros past its end): their scores are masked (their key limit is the
+// item's first key) and their outputs never stored.
 __device__ __forceinline__ void issue_query_boxes(const DecodeParams& p, const RoundSmem& sm,
                                                   const DecodeTile& tile) {
   const int slot = int(std::int64_t(tile.row_begin) * p.num_heads + tile.pair_begin);
@@ -100,6 +95,11 @@ __device__ __forceinline__ void issue_query_boxes(const DecodeParams& p, const R
   }
 }
 
+// The producer thread (thread 0 of warpgroup 2): the query's boxes (query_by_boxes), then every
+// chunk's box, each group once the consumers have freed it in the tile two before. A bf16 box
+// lands swizzled in the chunk and completes its full barrier; an fp8 box (uint8, unswizzled: 64
+// tokens x 64 bytes) lands in the chunk's upper half and completes its staged barrier, for the
+// wideners. Only this thread waits for the block ids and for the copy engine to take each box.
 template <Cache C>
 __device__ __forceinline__ void produce_tiles(const DecodeParams& p, const RoundSmem& sm,
                                               const DecodeTile& tile, int n) {
