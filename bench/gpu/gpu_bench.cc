@@ -185,6 +185,9 @@ struct Shape {
   int block_size = 64;
   DType kv = DType::bf16;
   bool sink = false;  // plant_sink_bf16's score profile instead of plain random data
+  // The DCP step's own decode (ag_rs combine): the query as the all-gather leaves it
+  // ([W, rows, H / W, 576]) and fp32 partial rows out, instead of a plain query and bf16 rows.
+  bool step_io = false;
 };
 
 std::vector<int> ragged_q(int B, int max_q, std::uint64_t seed) {
@@ -245,6 +248,14 @@ std::vector<Shape> shapes() {
                "64-row tiles, H = 96"});
   v.push_back({"kimi_k3_dcp8", 32, 32768, 96, ragged_q(32, 8, 7), Form::native, 8, 0, ""});
   v.push_back({"kimi_k3_dcp8", 32, 32768, 12, uniform(32, 1), Form::native, 8, 283, "H = 12"});
+  // The DCP step's decode on rank 0 (gathered query, fp32 partial rows, as dcp_step hands them to
+  // the ag_rs combine): DeepSeek-V3 at TP 8 / DCP 8 (128 heads gathered in groups of 16) at Q 1
+  // and 8, and the Kimi K3 rank.
+  for (const auto& [B, L, H, Q] :
+       {std::tuple{64, 4096, 128, 1}, std::tuple{64, 4096, 128, 8}, std::tuple{32, 32768, 96, 1}}) {
+    v.push_back({"dcp_step_io", B, L, H, uniform(B, Q), Form::native, 8, 0, "", 64, DType::bf16,
+                 false, true});
+  }
   // (64, 4096, 128, 8) with 8 requests: 38 MB of KV, which fits in L2, in one wave of 128
   // thread blocks; its time per tile against the 64-request shape's shows what DRAM costs.
   v.push_back({"l2_resident", 8, 4096, 128, uniform(8, 8), Form::native, 1, 0, "KV fits in L2"});
@@ -526,7 +537,8 @@ Measured measure_shape(Backend& backend, const Shape& sh, int sets, int sms, std
   Problem p =
       make_problem(sh, &num_blocks, sh.block_size, sms, rng, kv_chunk_blocks, ordered_blocks);
   const std::int64_t rows = p.rows;
-  DeviceBuffer out(backend, std::size_t(rows) * sh.H * kLatentDim * 2);
+  const DType out_dtype = sh.step_io ? DType::f32 : DType::bf16;
+  DeviceBuffer out(backend, std::size_t(rows) * sh.H * kLatentDim * dtype_size(out_dtype));
   DeviceBuffer lse(backend, std::size_t(rows) * sh.H * 4);
   DeviceBuffer bt(backend, p.batch.block_table.size() * 4);
   DeviceBuffer ws(backend, std::max<std::size_t>(decode_workspace_bytes(p.plan), 16));
@@ -560,10 +572,11 @@ Measured measure_shape(Backend& backend, const Shape& sh, int sets, int sms, std
     }
     DecodeArgs& a = args[std::size_t(k)];
     a.schedule = &schedule;
-    a.q = q.tensor(DType::bf16, {rows, sh.H, kHeadDim});
+    a.q = sh.step_io ? q.tensor(DType::bf16, {sh.world, rows, sh.H / sh.world, kHeadDim})
+                     : q.tensor(DType::bf16, {rows, sh.H, kHeadDim});
     a.cache = {cache.data(), sh.kv, num_blocks, sh.block_size, 1.0f};
     a.block_table = bt.tensor(DType::i32, {p.batch.num_requests(), p.batch.max_blocks});
-    a.out = out.tensor(DType::bf16, {rows, sh.H, kLatentDim});
+    a.out = out.tensor(out_dtype, {rows, sh.H, kLatentDim});
     a.lse = lse.tensor(DType::f32, {rows, sh.H});
     a.softmax_scale = 0.1352338f;
     a.workspace = ws.tensor(DType::fp8_e4m3, {std::int64_t(ws.bytes())});
@@ -783,6 +796,8 @@ int main(int argc, char** argv) {
            {"block_size", sh.block_size},
            {"kv_dtype", to_string(sh.kv)},
            {"scores", sh.sink ? "sink" : "random"},
+           {"query", sh.step_io ? "gathered" : "plain"},
+           {"out_dtype", sh.step_io ? "f32" : "bf16"},
            {"median_us", st.median_us},
            {"min_us", st.min_us},
            {"p90_us", st.p90_us},
