@@ -57,7 +57,8 @@ log "configure + build (Release, CUDA sm_90a)"
 # The tests are asked for by name: build-gpu may hold another script's cache without them
 # (scripts/device_vs_flashmla.sh builds the benchmark alone).
 { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDCPMLA_CUDA=ON \
-    -DDCPMLA_BUILD_TESTS=ON -DDCPMLA_BUILD_BENCH=ON -DDCPMLA_NCCL=OFF ${prefix_arg[@]+"${prefix_arg[@]}"} &&
+    -DDCPMLA_BUILD_TESTS=ON -DDCPMLA_BUILD_BENCH=ON -DDCPMLA_NCCL=OFF \
+    ${prefix_arg[@]+"${prefix_arg[@]}"} &&
   timeout "$(cap 270)" cmake --build build-gpu -j "$JOBS"; } >> "$OUT/build.log" 2>&1
 build_rc=$?
 grep -E "error|warning:" "$OUT/build.log" | head -30

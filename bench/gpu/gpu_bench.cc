@@ -253,8 +253,9 @@ std::vector<Shape> shapes() {
   // and 8, and the Kimi K3 rank.
   for (const auto& [B, L, H, Q] :
        {std::tuple{64, 4096, 128, 1}, std::tuple{64, 4096, 128, 8}, std::tuple{32, 32768, 96, 1}}) {
-    v.push_back({"dcp_step_io", B, L, H, uniform(B, Q), Form::native, 8, 0, "", 64, DType::bf16,
-                 false, true});
+    Shape sh{"dcp_step_io", B, L, H, uniform(B, Q), Form::native, 8, 0, ""};
+    sh.step_io = true;
+    v.push_back(sh);
   }
   // (64, 4096, 128, 8) with 8 requests: 38 MB of KV, which fits in L2, in one wave of 128
   // thread blocks; its time per tile against the 64-request shape's shows what DRAM costs.
