@@ -455,7 +455,8 @@ TEST(CudaBackend, DecodeIntoSendRowsEqualsDecodeThenPack) {
 // Bigger plans after smaller ones (device buffers grow), the same plan again (no upload), and
 // identical bits each time.
 // bf16 and fp8 caches on pages of 64: by default the warp-specialised form's narrow tiles and
-// the round decode's wide f16 tiles (the sanitizers' small decode, scripts/device_gpu.sh).
+// the round decode's wide tiles (the sanitizers' small decode, scripts/device_gpu.sh), split
+// (fp32 partials) and whole (fp32 or bf16 rows).
 TEST(CudaBackend, DecodeRepeatsAndGrowsItsPlanBuffers) {
   DCPMLA_REQUIRE_GPU();
   auto be = make_backend();
@@ -470,14 +471,18 @@ TEST(CudaBackend, DecodeRepeatsAndGrowsItsPlanBuffers) {
     const testing::Scenario big = custom_scenario(spec, {8, 1, 4, 2, 3}, {900, 10, 2000, 64, 5});
     gpu_testing::Split limits;
     limits.kv_chunk_blocks = 1;
-    const auto a1 = run_decode(*be, small, 0, limits, DType::f32);
-    const auto b1 = run_decode(*be, big, 0, limits, DType::f32);
-    const auto b2 = run_decode(*be, big, 0, limits, DType::f32);
-    const auto a2 = run_decode(*be, small, 0, limits, DType::f32);
-    EXPECT_EQ(a1.out, a2.out);
-    EXPECT_EQ(a1.lse, a2.lse);
-    EXPECT_EQ(b1.out, b2.out);
-    EXPECT_EQ(b1.lse, b2.lse);
+    // fp32 rows and bf16 ones (the staged output rows of either width).
+    for (DType out : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(to_string(out));
+      const auto a1 = run_decode(*be, small, 0, limits, out);
+      const auto b1 = run_decode(*be, big, 0, limits, out);
+      const auto b2 = run_decode(*be, big, 0, limits, out);
+      const auto a2 = run_decode(*be, small, 0, limits, out);
+      EXPECT_EQ(a1.out, a2.out);
+      EXPECT_EQ(a1.lse, a2.lse);
+      EXPECT_EQ(b1.out, b2.out);
+      EXPECT_EQ(b1.lse, b2.lse);
+    }
   }
 }
 
