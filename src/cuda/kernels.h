@@ -96,9 +96,11 @@ struct DecodeParams {
   // Set by launch_sm90_decode for bf16 caches: the cache as a [num_blocks * block_size, 576] bf16
   // tensor in boxes of 64 dims x min(block_size, 64) rows, 128-byte swizzle, NaN past its end.
   CUtensorMap kv_map{};
-  // Set by launch_sm90_decode for the round decode of a plain bf16 query (q_group_heads 0): q as a
-  // [q_rows * H, 576] bf16 tensor in boxes of 64 dims x 64 pairs, 128-byte swizzle, zeros past its
-  // end; q_boxes says the map is set (else the threads copy the query).
+  // Set by launch_sm90_decode for the round decode (sm90_decode.cu, encode_q_map): a plain query
+  // as a [q_rows * H, 576] bf16 tensor in boxes of 64 dims x 64 pairs, a gathered one as a
+  // (576, H / W, q_rows, W) tensor in boxes of 64 dims x H / W heads x 1 row x 64 W / H groups;
+  // 128-byte swizzle, zeros past the end. q_boxes says the map is set (else the threads copy the
+  // query).
   CUtensorMap q_map{};
   bool q_boxes = false;
 };

@@ -7,7 +7,7 @@
 //   named barriers     bar.sync / bar.arrive with their thread counts; a thread arriving twice
 //                      in one phase, or counts that differ within a phase, abort
 //   mbarriers          arrival count, transaction bytes (may go below zero), phase parity
-//   bulk tensor copy   a 2-D box of a tensor described by EmuTensorMap (in the CUtensorMap's
+//   bulk tensor copy   a 2-D or 4-D box of a tensor described by EmuTensorMap (in the CUtensorMap's
 //                      bytes): bf16 with the 128-byte swizzle and NaN past the tensor, or uint8
 //                      unswizzled with zeros; completes its bytes at once
 //   cp.async           copied at once
@@ -190,14 +190,18 @@ inline void mbarrier_complete_tx(std::uint32_t bar, long bytes) {
   mbarrier_settle(b);
 }
 
-// What the decode's tensor map says (filled by the test into CUtensorMap's bytes).
+// What the decode's tensor map says (filled by the test into CUtensorMap's bytes): 2-D, or 4-D
+// with the outer dimensions (z, w) set (a 2-D map's are zero).
 struct EmuTensorMap {
   const unsigned char* base;
-  std::uint64_t dims[2];  // elements along x (contiguous), rows along y
-  std::uint64_t stride;   // bytes between rows
-  std::uint32_t box[2];   // elements x rows
-  std::uint32_t elem;     // bytes an element: 2 (bf16: 128-byte swizzle, NaN past the tensor)
-                          // or 1 (uint8: no swizzle, zeros past the tensor)
+  std::uint64_t dims[2];        // elements along x (contiguous), rows along y
+  std::uint64_t stride;         // bytes between rows
+  std::uint32_t box[2];         // elements x rows
+  std::uint32_t elem;           // bytes an element: 2 (bf16: 128-byte swizzle, NaN past the tensor)
+                                // or 1 (uint8: no swizzle, zeros past the tensor)
+  std::uint64_t outer_dims[2];  // z, w (0, as a 2-D map leaves them: 1)
+  std::uint64_t outer_strides[2];  // bytes between z's, between w's
+  std::uint32_t outer_box[2];      // (0: 1)
 };
 static_assert(sizeof(EmuTensorMap) <= sizeof(CUtensorMap));
 inline CUtensorMap encode_tensor_map(const EmuTensorMap& m) {
@@ -512,8 +516,8 @@ inline void mbarrier_wait(std::uint32_t bar, std::uint32_t parity) {
   if (it != b.released.end()) dcpmla_emu::join_clock(dcpmla_emu::hb_clock, it->second);
 }
 
-inline void bulk_tensor_load_2d(std::uint32_t dst, const CUtensorMap* map, int x, int y,
-                                std::uint32_t bar) {
+inline void bulk_tensor_load_4d(std::uint32_t dst, const CUtensorMap* map, int x, int y, int z,
+                                int w, std::uint32_t bar) {
   dcpmla_emu::EmuTensorMap m;
   std::memcpy(&m, map, sizeof m);
   const bool bf16 = m.elem == 2;  // the 128-byte swizzle; uint8 boxes land unswizzled
@@ -524,12 +528,26 @@ inline void bulk_tensor_load_2d(std::uint32_t dst, const CUtensorMap* map, int x
         "or uint8 boxes at 16-byte-aligned ones",
         dst, long(m.elem));
   }
-  for (std::uint32_t r = 0; r < m.box[1]; ++r) {
+  for (int d = 0; d < 2; ++d) {
+    m.outer_dims[d] = std::max<std::uint64_t>(m.outer_dims[d], 1);
+    m.outer_box[d] = std::max<std::uint32_t>(m.outer_box[d], 1);
+  }
+  // The box's rows in shared memory: y fastest, then z, then w.
+  const std::uint32_t rows = m.box[1] * m.outer_box[0] * m.outer_box[1];
+  for (std::uint32_t r = 0; r < rows; ++r) {
+    const std::uint64_t gy = std::uint64_t(y) + r % m.box[1];
+    const std::uint64_t gz = std::uint64_t(z) + r / m.box[1] % m.outer_box[0];
+    const std::uint64_t gw = std::uint64_t(w) + r / (m.box[1] * m.outer_box[0]);
+    const bool row_inside = y >= 0 && z >= 0 && w >= 0 && gy < m.dims[1] && gz < m.outer_dims[0] &&
+                            gw < m.outer_dims[1];
     for (std::uint32_t c = 0; c < m.box[0]; ++c) {
-      const std::uint64_t gx = std::uint64_t(x) + c, gy = std::uint64_t(y) + r;
+      const std::uint64_t gx = std::uint64_t(x) + c;
       std::uint16_t v = bf16 ? 0x7fc0 : 0;  // past the tensor: NaN (floats), zero (integers)
-      if (x >= 0 && y >= 0 && gx < m.dims[0] && gy < m.dims[1]) {
-        std::memcpy(&v, m.base + gy * m.stride + gx * m.elem, m.elem);
+      if (x >= 0 && row_inside && gx < m.dims[0]) {
+        std::memcpy(&v,
+                    m.base + gw * m.outer_strides[1] + gz * m.outer_strides[0] + gy * m.stride +
+                        gx * m.elem,
+                    m.elem);
       }
       const std::uint32_t at = dst + r * row_bytes + c * m.elem;
       const std::uint32_t where = bf16 ? dcpmla_emu::swizzle128(at) : at;
@@ -537,7 +555,11 @@ inline void bulk_tensor_load_2d(std::uint32_t dst, const CUtensorMap* map, int x
       std::memcpy(dcpmla_emu::shared_at(where, m.elem), &v, m.elem);
     }
   }
-  dcpmla_emu::mbarrier_complete_tx(bar, long(row_bytes) * m.box[1]);
+  dcpmla_emu::mbarrier_complete_tx(bar, long(row_bytes) * rows);
+}
+inline void bulk_tensor_load_2d(std::uint32_t dst, const CUtensorMap* map, int x, int y,
+                                std::uint32_t bar) {
+  bulk_tensor_load_4d(dst, map, x, y, 0, 0, bar);
 }
 
 inline void wgmma_fence() {}

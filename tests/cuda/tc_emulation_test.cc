@@ -38,7 +38,10 @@ CUtensorMap kv_map_of(const DecodeParams& p, bool fp8 = false) {
                                         {std::uint64_t(kHeadDim), std::uint64_t(rows)},
                                         std::uint64_t(kHeadDim) * elem,
                                         {64u, std::uint32_t(std::min(p.block_size, 64))},
-                                        elem});
+                                        elem,
+                                        {},
+                                        {},
+                                        {}});
 }
 
 template <sm90::Cache C, bool Bulk>
@@ -55,7 +58,7 @@ void run_ws(const TileRun& run) {
 CUtensorMap q_map_of(const TileRun& run) {
   const std::uint64_t pairs = run.q.size() / (kHeadDim * 2);
   return dcpmla_emu::encode_tensor_map(
-      {run.q.data(), {std::uint64_t(kHeadDim), pairs}, kHeadDim * 2, {64u, 64u}, 2});
+      {run.q.data(), {std::uint64_t(kHeadDim), pairs}, kHeadDim * 2, {64u, 64u}, 2, {}, {}, {}});
 }
 
 // The round decode (bf16 or fp8 caches of pages of a multiple of 64 tokens), the query by boxes
@@ -81,6 +84,55 @@ TileRunner rounds_with(bool q_boxes) {
   };
 }
 const TileRunner run_rounds = rounds_with(true);
+
+// The round decode of the same query gathered over W groups of heads ([W, rows, H / W, 576], as
+// the DCP step decodes it), by boxes (encode_q_map's 4-D map: H a multiple of 64) or by copies.
+TileRunner rounds_gathered(int W, bool q_boxes) {
+  return [W, q_boxes](const testing::ScenarioSpec& spec, const TileRun& run) {
+    const int H = spec.heads, gh = H / W;
+    ASSERT_EQ(H % W, 0);
+    constexpr std::size_t kRow = kHeadDim * 2;
+    const std::size_t rows = run.q.size() / (std::size_t(H) * kRow);
+    std::vector<std::uint8_t> gathered(run.q.size());
+    for (std::size_t row = 0; row < rows; ++row) {
+      for (int h = 0; h < H; ++h) {
+        const std::size_t slot = (std::size_t(h / gh) * rows + row) * gh + std::size_t(h % gh);
+        std::memcpy(&gathered[slot * kRow], &run.q[(row * H + std::size_t(h)) * kRow], kRow);
+      }
+    }
+    DecodeParams p = run.p;
+    p.q = gathered.data();
+    p.q_group_heads = gh;
+    p.q_rows = std::int64_t(rows);
+    const bool fp8 = spec.kv_dtype == DType::fp8_e4m3;
+    p.kv_map = kv_map_of(p, fp8);
+    p.q_boxes = q_boxes;
+    if (q_boxes) {
+      dcpmla_emu::EmuTensorMap m{gathered.data(),
+                                 {std::uint64_t(kHeadDim), std::uint64_t(gh)},
+                                 kRow,
+                                 {64u, std::uint32_t(gh)},
+                                 2,
+                                 {},
+                                 {},
+                                 {}};
+      m.outer_dims[0] = rows;
+      m.outer_dims[1] = std::uint64_t(W);
+      m.outer_strides[0] = kRow * std::size_t(gh);
+      m.outer_strides[1] = kRow * std::size_t(gh) * rows;
+      m.outer_box[1] = std::uint32_t(64 / gh);
+      p.q_map = dcpmla_emu::encode_tensor_map(m);
+    }
+    dcpmla_emu::run_grid(int(run.plan.work.size()), sm90::rounds::kThreads,
+                         sm90::rounds::kSmemBytes, [&] {
+                           if (fp8) {
+                             sm90::rounds::round_decode_kernel<sm90::Cache::fp8>(p);
+                           } else {
+                             sm90::rounds::round_decode_kernel<sm90::Cache::bf16>(p);
+                           }
+                         });
+  };
+}
 
 // The sm90 kernel sm90_decode.cu launches for the scenario's cache.
 void run_sm90(const testing::ScenarioSpec& spec, const TileRun& run) {
@@ -300,6 +352,32 @@ TEST(TensorCoreEmulation, RoundsQueryByBoxesOrCopiesGiveTheSameBits) {
   }
 }
 
+// A gathered query (W groups of H / W heads, as the DCP step decodes it) by 4-D boxes and by the
+// threads' copies gives the bits of the plain query: 128 heads in groups of 64 and 16, 64 heads in
+// groups of 16, bf16 and fp8.
+TEST(TensorCoreEmulation, RoundsGatheredQueryGivesThePlainQuerysBits) {
+  struct Case {
+    int H, W;
+    DType kv;
+  };
+  const Case cases[] = {{128, 2, DType::bf16}, {128, 8, DType::fp8_e4m3}, {64, 4, DType::bf16}};
+  int seed = 130;
+  for (const Case& c : cases) {
+    const testing::Scenario sc = walk_case(c.kv, c.H, 64, std::uint64_t(seed++), true);
+    const int rank = seed % 2;
+    SCOPED_TRACE(testing::describe(sc.spec) + " W " + std::to_string(c.W));
+    const Split limits;
+    const Result plain = emulated_decode(sc, rank, sc.batch, limits, DType::f32, run_rounds);
+    for (bool q_boxes : {true, false}) {
+      SCOPED_TRACE(q_boxes ? "boxes" : "copies");
+      const Result g =
+          emulated_decode(sc, rank, sc.batch, limits, DType::f32, rounds_gathered(c.W, q_boxes));
+      ASSERT_EQ(std::memcmp(plain.out.data(), g.out.data(), plain.out.size() * 4), 0);
+      ASSERT_EQ(std::memcmp(plain.lse.data(), g.lse.data(), plain.lse.size() * 4), 0);
+    }
+  }
+}
+
 // Block ids outside the cache (a device table the host never checked) read no memory: their
 // boxes ask past the tensor's end, and the round decode gives what the warp-specialised form
 // gives (expect_like_warp_specialised), NaN exactly where a pair's visible keys reach such a page
@@ -345,7 +423,7 @@ TEST(TensorCoreEmulation, Uint8BoxLandsUnswizzledWithZerosPastTheTensor) {
   std::vector<unsigned char> tensor(100 * 576);  // 100 rows of 576 bytes
   for (std::size_t i = 0; i < tensor.size(); ++i) tensor[i] = static_cast<unsigned char>(i * 7 + 1);
   const CUtensorMap map =
-      dcpmla_emu::encode_tensor_map({tensor.data(), {576, 100}, 576, {64, 8}, 1});
+      dcpmla_emu::encode_tensor_map({tensor.data(), {576, 100}, 576, {64, 8}, 1, {}, {}, {}});
   std::vector<unsigned char> got(8 * 64);
   dcpmla_emu::run_grid(1, 32, 4096, [&] {
     if (threadIdx.x != 0) return;

@@ -72,26 +72,39 @@ __device__ __forceinline__ void walk_groups(int n, KeyOf key_of, Fn fn) {
   }
 }
 
-// Whether the item's query comes by boxes: a plain query, and a tile of more than 48 pairs (a box
+// Whether the item's query comes by boxes: a query with a map (q_boxes), and a tile of more than
+// 48 pairs (a box
 // brings 64 rows, 1152 bytes each, whatever the pairs: 4x a 16-pair tile's query, read by every
 // item of a memory-bound batch).
 __device__ __forceinline__ bool query_by_boxes(const DecodeParams& p, const DecodeTile& tile) {
   return p.q_boxes && tile.num_pairs > 48;
 }
 
-// A plain bf16 query's 64 pairs from the item's first (row, head) slot on, as 9 boxes of 64 dims
-// into Q's swizzled chunks, completing q_full: a thread's few instructions where the consumers'
-// 16-byte copies took ~18 a thread with their address arithmetic. Rows past the item's pairs hold
-// the next pairs of q (zeros past its end): their scores are masked (their key limit is the
-// item's first key) and their outputs never stored.
+// The item's 64 pairs from its first (row, head) on, as 9 boxes of 64 dims into Q's swizzled
+// chunks, completing q_full: a thread's few instructions where the consumers' 16-byte copies took
+// ~18 a thread with their address arithmetic. A plain query's pairs are consecutive rows of q; a
+// gathered one's (q_group_heads: H a multiple of 64, so an item lies in one row) are 64 / gh groups
+// of gh heads, one box row a head. Rows past the item's pairs hold the next pairs of q (zeros past
+// its end): their scores are masked (their key limit is the item's first key) and their outputs
+// never stored.
 __device__ __forceinline__ void issue_query_boxes(const DecodeParams& p, const RoundSmem& sm,
                                                   const DecodeTile& tile) {
-  const int slot = int(std::int64_t(tile.row_begin) * p.num_heads + tile.pair_begin);
   hopper::mbarrier_arrive_expect_tx(sm.q_full, kTileBytes);
+  if (p.q_group_heads == 0) {
+    const int slot = int(std::int64_t(tile.row_begin) * p.num_heads + tile.pair_begin);
 #pragma unroll 1
-  for (int c = 0; c < kChunks; ++c) {
-    hopper::bulk_tensor_load_2d(sm.q + std::uint32_t(c) * kChunkBytes, &p.q_map, c * 64, slot,
-                                sm.q_full);
+    for (int c = 0; c < kChunks; ++c) {
+      hopper::bulk_tensor_load_2d(sm.q + std::uint32_t(c) * kChunkBytes, &p.q_map, c * 64, slot,
+                                  sm.q_full);
+    }
+  } else {
+    const int row = tile.row_begin + tile.pair_begin / p.num_heads;
+    const int group = tile.pair_begin % p.num_heads / p.q_group_heads;
+#pragma unroll 1
+    for (int c = 0; c < kChunks; ++c) {
+      hopper::bulk_tensor_load_4d(sm.q + std::uint32_t(c) * kChunkBytes, &p.q_map, c * 64, 0, row,
+                                  group, sm.q_full);
+    }
   }
 }
 

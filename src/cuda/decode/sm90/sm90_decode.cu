@@ -50,20 +50,41 @@ void encode_kv_map(DecodeParams& p, bool kv_shared, bool fp8) {
                  "CUDA_SUCCESS", std::to_string(int(r)));
 }
 
-// The round decode's query map where the query is plain ([rows, H, 576] bf16: an item's pairs are
-// consecutive rows of a [rows * H, 576] tensor); a gathered query's pairs lie in W groups, which
-// the threads copy.
+// The round decode's query map. Plain ([rows, H, 576] bf16): a [rows * H, 576] tensor whose
+// boxes are 64 consecutive pairs. Gathered ([W, rows, H / W, 576], gh = H / W heads a group): a
+// tensor of dims (576, gh, rows, W) whose boxes are 64 / gh groups of one row, where H is a
+// multiple of 64 (an item then lies in one row, from a multiple of 64 heads) and gh divides 64;
+// other gathered queries are copied by the threads.
 void encode_q_map(DecodeParams& p) {
-  p.q_boxes = p.q_group_heads == 0;
+  const int gh = p.q_group_heads;
+  p.q_boxes = gh == 0 || (p.num_heads % 64 == 0 && 64 % gh == 0);
   if (!p.q_boxes) return;
-  const cuuint64_t dims[2] = {cuuint64_t(kHeadDim), cuuint64_t(p.q_rows * p.num_heads)};
-  const cuuint64_t strides[1] = {cuuint64_t(kHeadDim) * 2};
-  const cuuint32_t box[2] = {64, cuuint32_t(sm90::kPairs)};
-  const cuuint32_t elem[2] = {1, 1};
-  const CUresult r = tensor_map_encoder()(
-      &p.q_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p.q), dims, strides, box,
-      elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  constexpr cuuint64_t kRowBytes = cuuint64_t(kHeadDim) * 2;
+  const cuuint32_t elem[4] = {1, 1, 1, 1};
+  CUresult r;
+  if (gh == 0) {
+    const cuuint64_t dims[2] = {cuuint64_t(kHeadDim), cuuint64_t(p.q_rows * p.num_heads)};
+    const cuuint64_t strides[1] = {kRowBytes};
+    const cuuint32_t box[2] = {64, cuuint32_t(sm90::kPairs)};
+    r = tensor_map_encoder()(&p.q_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p.q),
+                             dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  } else {
+    const cuuint64_t groups = cuuint64_t(p.num_heads / gh);
+    const cuuint64_t dims[4] = {cuuint64_t(kHeadDim), cuuint64_t(gh), cuuint64_t(p.q_rows), groups};
+    const cuuint64_t strides[3] = {kRowBytes, kRowBytes * gh, kRowBytes * gh * p.q_rows};
+    const cuuint32_t box[4] = {64, cuuint32_t(gh), 1, cuuint32_t(sm90::kPairs / gh)};
+    r = tensor_map_encoder()(&p.q_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(p.q),
+                             dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  }
+  // A gathered query the driver's map refuses is copied by the threads (same results).
+  if (gh != 0 && r != CUDA_SUCCESS) {
+    p.q_boxes = false;
+    return;
+  }
   DCPMLA_REQUIRE(r == CUDA_SUCCESS, ErrorCode::backend_failure, "cuTensorMapEncodeTiled (query)",
                  "CUDA_SUCCESS", std::to_string(int(r)));
 }
