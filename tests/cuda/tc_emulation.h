@@ -646,6 +646,10 @@ inline void st_shared4(std::uint32_t dst, std::uint32_t v) {
   dcpmla_emu::check_operand_write(dst, 4);
   std::memcpy(dcpmla_emu::shared_at(dst, 4), &v, 4);
 }
+inline void st_shared8(std::uint32_t dst, uint2 v) {
+  dcpmla_emu::check_operand_write(dst, 8);
+  std::memcpy(dcpmla_emu::shared_at(dst, 8), &v, 8);
+}
 inline float fast_exp2(float x) {
   const float r = std::exp2(x);
   return std::fpclassify(r) == FP_SUBNORMAL ? 0.0f : r;  // ftz

@@ -63,36 +63,46 @@ __device__ __forceinline__ void store_packed_row(const DecodeParams& p, std::int
   }
 }
 
-// bf16 final rows in the plain layout, staged: a wide fragment's rows go to shared memory first,
-// kStagedRowBytes apart (a row's 1024 bytes and 16 of padding, so that the 8 rows one store of a
-// warp touches lie in distinct banks), then the threads copy whole rows out in 16-byte pieces. A
-// tile's output items are consecutive rows, so a warp's store covers 512 contiguous bytes instead
-// of 16 bytes of each of 8 rows.
-constexpr std::uint32_t kStagedRowBytes = kLatentDim * 2 + 16;
-constexpr std::uint32_t kStagedOutputBytes = kPairs * kStagedRowBytes;
+// Output rows in the plain layout (the fp32 partials, or the final rows in bf16 or fp32), staged: a
+// wide fragment's rows go to shared memory first, then the threads copy whole rows out in 16-byte
+// pieces. A tile's output items are consecutive rows, so a warp's store covers 512 contiguous bytes
+// instead of 4 or 8 bytes of each of 8 rows. E: bytes an element (2: bf16, 4: fp32). Rows lie a
+// row's bytes and padding apart, so that one store of a warp (bf16: 4 bytes of 8 rows; fp32: 8
+// bytes of 4 rows a half-warp) falls in distinct banks.
+template <int E>
+constexpr std::uint32_t kStagedRowBytes = kLatentDim* E + (E == 2 ? 16 : 32);
+template <int E>
+constexpr std::uint32_t kStagedOutputBytes = kPairs* kStagedRowBytes<E>;
 
 // Accumulator row r (0 or 1) of a 64 x 256 wgmma fragment o, times scale, into staged row `row`
 // from element `col` (dim 2 quad of the thread's first column): columns 8 j + {0, 1}.
+template <int E>
 __device__ __forceinline__ void stage_output_row(std::uint32_t staging, int row, int col,
                                                  const float (&o)[128], int r, float scale) {
-  const std::uint32_t at = staging + std::uint32_t(row) * kStagedRowBytes + 2u * std::uint32_t(col);
+  const std::uint32_t at =
+      staging + std::uint32_t(row) * kStagedRowBytes<E> + std::uint32_t(E * col);
 #pragma unroll
   for (int j = 0; j < 32; ++j) {
-    st_shared4(at + 16u * std::uint32_t(j),
-               pack_bf16x2(o[4 * j + 2 * r] * scale, o[4 * j + 2 * r + 1] * scale));
+    const float a = o[4 * j + 2 * r] * scale, b = o[4 * j + 2 * r + 1] * scale;
+    if constexpr (E == 2) {
+      st_shared4(at + 16u * std::uint32_t(j), pack_bf16x2(a, b));
+    } else {
+      st_shared8(at + 32u * std::uint32_t(j), make_uint2(float_bits(a), float_bits(b)));
+    }
   }
 }
 
-// Staged rows [0, rows) into the final rows of items first, first + 1, ..., by `threads` threads
-// (t: this thread's index among them).
-__device__ __forceinline__ void copy_staged_rows(const DecodeParams& p, std::uint32_t staging,
+// Staged rows [0, rows) into the rows of `out` (elements of E bytes) from row `first` on, by
+// `threads` threads (t: this thread's index among them).
+template <int E>
+__device__ __forceinline__ void copy_staged_rows(void* out, std::uint32_t staging,
                                                  std::int64_t first, int rows, int t, int threads) {
-  constexpr int kPieces = kLatentDim * 2 / 16;  // 16-byte pieces of a row
-  auto* out = static_cast<bf16_bits*>(p.final_rows.out) + first * kLatentDim;
+  constexpr int kPieces = kLatentDim * E / 16;  // 16-byte pieces of a row
+  auto* base = static_cast<unsigned char*>(out) + first * (kLatentDim * E);
   for (int i = t; i < rows * kPieces; i += threads) {
     const int row = i / kPieces, piece = i % kPieces;
-    const uint4 v = ld_shared16(staging + std::uint32_t(row) * kStagedRowBytes + 16u * piece);
-    *reinterpret_cast<uint4*>(out + std::int64_t(row) * kLatentDim + 8 * piece) = v;
+    const uint4 v = ld_shared16(staging + std::uint32_t(row) * kStagedRowBytes<E> + 16u * piece);
+    *reinterpret_cast<uint4*>(base + std::int64_t(row) * (kLatentDim * E) + 16 * piece) = v;
   }
 }
 

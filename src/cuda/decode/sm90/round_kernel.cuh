@@ -55,8 +55,8 @@ namespace sm90::rounds {
 
 // A block that hands its tile to the narrow form runs in that form's layout.
 static_assert(kSmemBytes >= sm90::kSmemBytes && kThreads == sm90::kThreads);
-// The staged output rows fit a KV stage.
-static_assert(kStagedOutputBytes <= kTileBytes);
+// The staged output rows fit the two KV stages.
+static_assert(kStagedOutputBytes<4> <= 2 * kTileBytes);
 
 // Internal linkage: the host emulation compiles this source as a function of its own test,
 // beside the CUDA library's kernel of the same name.
@@ -218,8 +218,9 @@ static __global__ void __launch_bounds__(kThreads, 1)
 
   const bool partial = tile.partial_row >= 0;
   const bool packed = !partial && p.final_rows.group_heads != 0;
-  // bf16 rows in the plain layout go out through stage 0, which no box writes any more.
-  const bool staged = !partial && !packed && p.final_rows.bf16;
+  // Rows in the plain layout go out through the KV stages, which no box writes any more: bf16
+  // rows, or fp32 ones (the partials, as the DCP step's ag_rs combine takes them).
+  const bool bf16_rows = !partial && p.final_rows.bf16;
   const std::int64_t first = first_output_item(p, tile);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -230,17 +231,22 @@ static __global__ void __launch_bounds__(kThreads, 1)
     if (wg == 0 && quad == 0) store_lse(p, partial, packed, item, pair_lse(m_final, total));
     const float scale = output_scale(p, total);
     const int col = 256 * wg + 2 * quad;
-    if (staged) {
-      stage_output_row(sm.stage(0), rows[r], col, o, r, scale);
-    } else if (packed) {
+    if (packed) {
       store_packed_row(p, output_offset(p.final_rows, item, p.num_heads) + col, o, r, scale);
+    } else if (bf16_rows) {
+      stage_output_row<2>(sm.stage(0), rows[r], col, o, r, scale);
     } else {
-      store_output_row(p, partial, item * kLatentDim + col, o, r, scale);
+      stage_output_row<4>(sm.stage(0), rows[r], col, o, r, scale);
     }
   }
-  if (staged) {
+  if (!packed) {
     named_barrier_sync(kOutputStaged, kConsumerThreads);
-    copy_staged_rows(p, sm.stage(0), first, tile.num_pairs, tid, kConsumerThreads);
+    void* out = partial ? static_cast<void*>(p.partial_out) : p.final_rows.out;
+    if (bf16_rows) {
+      copy_staged_rows<2>(out, sm.stage(0), first, tile.num_pairs, tid, kConsumerThreads);
+    } else {
+      copy_staged_rows<4>(out, sm.stage(0), first, tile.num_pairs, tid, kConsumerThreads);
+    }
   }
   mark_block(BlockMark::end, n);
 }

@@ -39,7 +39,7 @@ constexpr int kZeroed = 5;         // + warpgroup, its 128 threads: a partial ti
 constexpr int kQLoaded = 7;        // both consumers: Q is in shared memory
 constexpr int kFinalRows = 8;      // both consumers: the last tile's m and l are in shared memory
 constexpr int kQScaled = 9;        // both consumers, fp8: every warp's largest |q| is in m's slots
-constexpr int kOutputStaged = 10;  // both consumers: the bf16 output rows are in stage 0
+constexpr int kOutputStaged = 10;  // both consumers: the output rows are in the KV stages
 // The fp8 wideners: warps 1-3 of the producer warpgroup.
 constexpr int kWideners = 96;
 

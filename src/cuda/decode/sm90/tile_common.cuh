@@ -52,6 +52,9 @@ __device__ __forceinline__ void st_shared2(std::uint32_t dst, std::uint16_t v) {
 __device__ __forceinline__ void st_shared4(std::uint32_t dst, std::uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dst), "r"(v) : "memory");
 }
+__device__ __forceinline__ void st_shared8(std::uint32_t dst, uint2 v) {
+  asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(dst), "r"(v.x), "r"(v.y) : "memory");
+}
 #endif  // !DCPMLA_EMULATE
 
 // Q of the tile's pairs (contiguous in q, bf16) -> the swizzled Q tile at s_q, zeros past
