@@ -64,11 +64,11 @@ __device__ __forceinline__ void store_packed_row(const DecodeParams& p, std::int
 }
 
 // Output rows in the plain layout (the fp32 partials, or the final rows in bf16 or fp32), staged: a
-// wide fragment's rows go to shared memory first, then the threads copy whole rows out in 16-byte
-// pieces. A tile's output items are consecutive rows, so a warp's store covers 512 contiguous bytes
-// instead of 4 or 8 bytes of each of 8 rows. E: bytes an element (2: bf16, 4: fp32). Rows lie a
-// row's bytes and padding apart, so that one store of a warp (bf16: 4 bytes of 8 rows; fp32: 8
-// bytes of 4 rows a half-warp) falls in distinct banks.
+// wide fragment's rows go to shared memory first, then each warp copies its own rows' half out in
+// 16-byte pieces. A tile's output items are consecutive rows, so a warp's store covers 512
+// contiguous bytes instead of 4 or 8 bytes of each of 8 rows. E: bytes an element (2: bf16, 4:
+// fp32). Rows lie a row's bytes and padding apart, so that one store of a warp (bf16: 4 bytes of 8
+// rows; fp32: 8 bytes of 4 rows a half-warp) falls in distinct banks.
 template <int E>
 constexpr std::uint32_t kStagedRowBytes = kLatentDim* E + (E == 2 ? 16 : 32);
 template <int E>
@@ -92,16 +92,22 @@ __device__ __forceinline__ void stage_output_row(std::uint32_t staging, int row,
   }
 }
 
-// Staged rows [0, rows) into the rows of `out` (elements of E bytes) from row `first` on, by
-// `threads` threads (t: this thread's index among them).
+// A warp's staged rows [row0, row0 + 16) below `rows`, its warpgroup's half of each (256
+// elements from 256 wg on), into the rows of `out` (elements of E bytes) from row `first` on, by
+// the warp's lanes: each store of the warp covers 512 contiguous bytes of one row.
 template <int E>
-__device__ __forceinline__ void copy_staged_rows(void* out, std::uint32_t staging,
-                                                 std::int64_t first, int rows, int t, int threads) {
-  constexpr int kPieces = kLatentDim * E / 16;  // 16-byte pieces of a row
-  auto* base = static_cast<unsigned char*>(out) + first * (kLatentDim * E);
-  for (int i = t; i < rows * kPieces; i += threads) {
+__device__ __forceinline__ void copy_staged_half_rows(void* out, std::uint32_t staging,
+                                                      std::int64_t first, int row0, int rows,
+                                                      int wg, int lane) {
+  constexpr int kHalf = kLatentDim / 2 * E;  // bytes of a half row
+  constexpr int kPieces = kHalf / 16;        // its 16-byte pieces
+  const int n = rows - row0 < 16 ? rows - row0 : 16;
+  auto* base = static_cast<unsigned char*>(out) + (first + row0) * (kLatentDim * E) + wg * kHalf;
+  const std::uint32_t src =
+      staging + std::uint32_t(row0) * kStagedRowBytes<E> + std::uint32_t(wg * kHalf);
+  for (int i = lane; i < n * kPieces; i += 32) {
     const int row = i / kPieces, piece = i % kPieces;
-    const uint4 v = ld_shared16(staging + std::uint32_t(row) * kStagedRowBytes<E> + 16u * piece);
+    const uint4 v = ld_shared16(src + std::uint32_t(row) * kStagedRowBytes<E> + 16u * piece);
     *reinterpret_cast<uint4*>(base + std::int64_t(row) * (kLatentDim * E) + 16 * piece) = v;
   }
 }

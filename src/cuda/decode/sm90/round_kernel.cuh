@@ -239,13 +239,15 @@ static __global__ void __launch_bounds__(kThreads, 1)
       stage_output_row<4>(sm.stage(0), rows[r], col, o, r, scale);
     }
   }
-  if (!packed) {
-    named_barrier_sync(kOutputStaged, kConsumerThreads);
+  // A warp stages and copies out its own rows' half (its 16 rows, its warpgroup's 256 columns),
+  // so only the warp's own lanes need to be ordered.
+  if (!packed && 16 * warp < tile.num_pairs) {
+    __syncwarp();
     void* out = partial ? static_cast<void*>(p.partial_out) : p.final_rows.out;
     if (bf16_rows) {
-      copy_staged_rows<2>(out, sm.stage(0), first, tile.num_pairs, tid, kConsumerThreads);
+      copy_staged_half_rows<2>(out, sm.stage(0), first, 16 * warp, tile.num_pairs, wg, lane);
     } else {
-      copy_staged_rows<4>(out, sm.stage(0), first, tile.num_pairs, tid, kConsumerThreads);
+      copy_staged_half_rows<4>(out, sm.stage(0), first, 16 * warp, tile.num_pairs, wg, lane);
     }
   }
   mark_block(BlockMark::end, n);

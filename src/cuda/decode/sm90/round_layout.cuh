@@ -31,15 +31,14 @@ static_assert(2 * kConsumerRegisters<Cache::bf16> + kProducerRegisters<Cache::bf
                   3 * kLaunchRegisters);
 
 // Named barriers of the consumers (256 threads): one side arrives, the other waits.
-constexpr int kAReady = 1;         // C0 -> C1: P of tile A is in pbuf0, its m and l in m / l
-constexpr int kBReady = 2;         // C1 -> C0: the same for tile B (pbuf1)
-constexpr int kArIssued = 3;       // C1 -> C0: P_A V_R is issued (P_B V_L queues behind it)
-constexpr int kBlIssued = 4;       // C0 -> C1: P_B V_L is issued (P_B V_R queues behind it)
-constexpr int kZeroed = 5;         // + warpgroup, its 128 threads: a partial tile's tail is zero
-constexpr int kQLoaded = 7;        // both consumers: Q is in shared memory
-constexpr int kFinalRows = 8;      // both consumers: the last tile's m and l are in shared memory
-constexpr int kQScaled = 9;        // both consumers, fp8: every warp's largest |q| is in m's slots
-constexpr int kOutputStaged = 10;  // both consumers: the output rows are in the KV stages
+constexpr int kAReady = 1;     // C0 -> C1: P of tile A is in pbuf0, its m and l in m / l
+constexpr int kBReady = 2;     // C1 -> C0: the same for tile B (pbuf1)
+constexpr int kArIssued = 3;   // C1 -> C0: P_A V_R is issued (P_B V_L queues behind it)
+constexpr int kBlIssued = 4;   // C0 -> C1: P_B V_L is issued (P_B V_R queues behind it)
+constexpr int kZeroed = 5;     // + warpgroup, its 128 threads: a partial tile's tail is zero
+constexpr int kQLoaded = 7;    // both consumers: Q is in shared memory
+constexpr int kFinalRows = 8;  // both consumers: the last tile's m and l are in shared memory
+constexpr int kQScaled = 9;    // both consumers, fp8: every warp's largest |q| is in m's slots
 // The fp8 wideners: warps 1-3 of the producer warpgroup.
 constexpr int kWideners = 96;
 
