@@ -61,6 +61,18 @@ CUtensorMap q_map_of(const TileRun& run) {
       {run.q.data(), {std::uint64_t(kHeadDim), pairs}, kHeadDim * 2, {64u, 64u}, 2, {}, {}, {}});
 }
 
+// The round decode's grid, a block a work item.
+void run_round_grid(const TileRun& run, const DecodeParams& p, bool fp8) {
+  dcpmla_emu::run_grid(int(run.plan.work.size()), sm90::rounds::kThreads, sm90::rounds::kSmemBytes,
+                       [&] {
+                         if (fp8) {
+                           sm90::rounds::round_decode_kernel<sm90::Cache::fp8>(p);
+                         } else {
+                           sm90::rounds::round_decode_kernel<sm90::Cache::bf16>(p);
+                         }
+                       });
+}
+
 // The round decode (bf16 or fp8 caches of pages of a multiple of 64 tokens), the query by boxes
 // (as the GPU runs a plain query) or by the consumers' copies (a gathered one): bf16 tiles of at
 // most 16 pairs run the warp-specialised form's narrow tiles inside it, fp8 ones wide.
@@ -73,14 +85,7 @@ TileRunner rounds_with(bool q_boxes) {
     p.kv_map = kv_map_of(p, fp8);
     p.q_boxes = q_boxes;
     if (q_boxes) p.q_map = q_map_of(run);
-    dcpmla_emu::run_grid(int(run.plan.work.size()), sm90::rounds::kThreads,
-                         sm90::rounds::kSmemBytes, [&] {
-                           if (fp8) {
-                             sm90::rounds::round_decode_kernel<sm90::Cache::fp8>(p);
-                           } else {
-                             sm90::rounds::round_decode_kernel<sm90::Cache::bf16>(p);
-                           }
-                         });
+    run_round_grid(run, p, fp8);
   };
 }
 const TileRunner run_rounds = rounds_with(true);
@@ -123,14 +128,7 @@ TileRunner rounds_gathered(int W, bool q_boxes) {
       m.outer_box[1] = std::uint32_t(64 / gh);
       p.q_map = dcpmla_emu::encode_tensor_map(m);
     }
-    dcpmla_emu::run_grid(int(run.plan.work.size()), sm90::rounds::kThreads,
-                         sm90::rounds::kSmemBytes, [&] {
-                           if (fp8) {
-                             sm90::rounds::round_decode_kernel<sm90::Cache::fp8>(p);
-                           } else {
-                             sm90::rounds::round_decode_kernel<sm90::Cache::bf16>(p);
-                           }
-                         });
+    run_round_grid(run, p, fp8);
   };
 }
 
