@@ -70,9 +70,9 @@ __device__ __forceinline__ void store_packed_row(const DecodeParams& p, std::int
 // fp32). Rows lie a row's bytes and padding apart, so that one store of a warp (bf16: 4 bytes of 8
 // rows; fp32: 8 bytes of 4 rows a half-warp) falls in distinct banks.
 template <int E>
-constexpr std::uint32_t kStagedRowBytes = kLatentDim* E + (E == 2 ? 16 : 32);
+constexpr std::uint32_t kStagedRowBytes = std::uint32_t(E) * kLatentDim + (E == 2 ? 16 : 32);
 template <int E>
-constexpr std::uint32_t kStagedOutputBytes = kPairs* kStagedRowBytes<E>;
+constexpr std::uint32_t kStagedOutputBytes = std::uint32_t(kPairs) * kStagedRowBytes<E>;
 
 // Accumulator row r (0 or 1) of a 64 x 256 wgmma fragment o, times scale, into staged row `row`
 // from element `col` (dim 2 quad of the thread's first column): columns 8 j + {0, 1}.

@@ -73,9 +73,8 @@ __device__ __forceinline__ void walk_groups(int n, KeyOf key_of, Fn fn) {
 }
 
 // Whether the item's query comes by boxes: a query with a map (q_boxes), and a tile of more than
-// 48 pairs (a box
-// brings 64 rows, 1152 bytes each, whatever the pairs: 4x a 16-pair tile's query, read by every
-// item of a memory-bound batch).
+// 48 pairs (a box brings 64 rows, 1152 bytes each, whatever the pairs: 4x a 16-pair tile's query,
+// read by every item of a memory-bound batch).
 __device__ __forceinline__ bool query_by_boxes(const DecodeParams& p, const DecodeTile& tile) {
   return p.q_boxes && tile.num_pairs > 48;
 }
