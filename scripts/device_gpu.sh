@@ -127,6 +127,7 @@ if command -v compute-sanitizer > /dev/null; then
   filter+=':CudaBackend.SpecMergeVectors:CudaBackend.WriteKvMatchesCpuAndSkipsBadSlots'
   filter+=':CudaBackend.LayoutKernelsMatchCpuExactly:CudaBackend.CombineKernelsMatchCpu'
   filter+=':CudaBackend.GraphReplaysPlansUpdatedInPlace:CudaBackend.DecodeMatchesCpuBackend'
+  filter+=':CudaBackend.GatheredQueryGivesThePlainQuerysBits'
   timeout "$(cap 90)" compute-sanitizer --tool memcheck --error-exitcode 3 \
     build-gpu/tests/cuda/cuda_backend_test --gtest_filter="$filter" 2>&1 |
     tee "$OUT/memcheck.log" | tail -15
@@ -148,10 +149,10 @@ if command -v compute-sanitizer > /dev/null; then
   # below). The round decode hands each row's m and l between its consumer warpgroups that way
   # (publish_rows, arrive; sync, read_rows) in every decode, so a hazard between those two is
   # not a verdict; any other hazard is.
-  log "compute-sanitizer racecheck (one small decode)"
-  timeout "$(cap 60)" compute-sanitizer --tool racecheck \
-    build-gpu/tests/cuda/cuda_backend_test \
-    --gtest_filter='CudaBackend.DecodeRepeatsAndGrowsItsPlanBuffers' > "$OUT/racecheck.log" 2>&1
+  log "compute-sanitizer racecheck (small decodes: plain and gathered queries, staged rows)"
+  small='CudaBackend.DecodeRepeatsAndGrowsItsPlanBuffers:CudaBackend.GatheredQueryGivesThePlainQuerysBits'
+  timeout "$(cap 90)" compute-sanitizer --tool racecheck \
+    build-gpu/tests/cuda/cuda_backend_test --gtest_filter="$small" > "$OUT/racecheck.log" 2>&1
   rc=$?
   hazard_sides=$(grep -A1 "Race reported between" "$OUT/racecheck.log" | grep " access at ")
   sides=$(grep -c . <<< "$hazard_sides")
@@ -170,6 +171,7 @@ if command -v compute-sanitizer > /dev/null; then
   # is kept for reading, not as a verdict.
   log "compute-sanitizer synccheck (decodes of several tiles, bulk and threads' copies)"
   multi='CudaBackend.InvalidDeviceBlockIdsReadNoMemory:CudaBackend.DecodeRepeatsAndGrowsItsPlanBuffers'
+  multi+=':CudaBackend.GatheredQueryGivesThePlainQuerysBits'
   timeout "$(cap 120)" compute-sanitizer --tool synccheck --error-exitcode 3 \
     build-gpu/tests/cuda/cuda_backend_test --gtest_filter="$multi" 2>&1 |
     tee "$OUT/synccheck.log" | tail -4

@@ -486,6 +486,35 @@ TEST(CudaBackend, DecodeRepeatsAndGrowsItsPlanBuffers) {
   }
 }
 
+// A gathered query ([W, rows, H / W, 576], as the DCP step decodes it) gives the plain query's
+// bits: at H 128 the round decode takes it by 4-D boxes of one group of 64 heads (W 2) or four
+// of 16 (W 8), for bf16 and fp8 caches, fp32 and bf16 rows, split items (staged fp32 partials)
+// beside whole ones. Small enough for the sanitizers (scripts/device_gpu.sh).
+TEST(CudaBackend, GatheredQueryGivesThePlainQuerysBits) {
+  DCPMLA_REQUIRE_GPU();
+  auto be = make_backend();
+  int seed = 40;
+  for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+    testing::ScenarioSpec spec;
+    spec.heads = 128;
+    spec.kv_dtype = kv;
+    spec.seed = seed++;
+    const testing::Scenario sc = custom_scenario(spec, {2, 1, 1}, {150, 70, 40});
+    gpu_testing::Split limits;
+    limits.kv_chunk_blocks = 1;
+    for (DType out : {DType::f32, DType::bf16}) {
+      const auto plain = run_decode(*be, sc, 0, limits, out);
+      EXPECT_GT(plain.plan.num_partial_rows, 0);
+      for (int W : {2, 8}) {
+        SCOPED_TRACE(std::string(to_string(kv)) + " " + to_string(out) + " W " + std::to_string(W));
+        const auto gathered = run_decode(*be, sc, 0, limits, out, true, nullptr, {.q_world = W});
+        ASSERT_EQ(std::memcmp(gathered.out.data(), plain.out.data(), plain.out.size() * 4), 0);
+        ASSERT_EQ(std::memcmp(gathered.lse.data(), plain.lse.data(), plain.lse.size() * 4), 0);
+      }
+    }
+  }
+}
+
 // Decode on a non-default stream, then the same decode captured in a CUDA graph (through a
 // schedule) and replayed: the same bits. A host plan under capture is refused, not mis-recorded;
 // writing the schedule after the capture makes the graph replay the new plan.
