@@ -32,8 +32,8 @@ __device__ __forceinline__ float pow2(int s) {
 
 // Q's 9 chunks (64 rows x 576 bf16 at sm.q; rows from `pairs` on are not the tile's: zeros, or
 // the next pairs of q where its boxes brought it) -> f16 x 2^s in place, s from the tile's own
-// rows, by the consumers' threads (tid < kConsumerThreads), each on the units its load_q copied,
-// once Q has landed; returns s. The caller's barrier (kQLoaded) orders the stores before
+// rows, by the consumers' threads (tid < kConsumerThreads), each on the units of load_q's
+// partition, once Q has landed; returns s. The caller's barrier (kQLoaded) orders the stores before
 // the MMAs' reads and the scratch slots before anyone rewrites m.
 __device__ __forceinline__ int query_to_f16(const RoundSmem& sm, int tid, int pairs) {
   constexpr int kRowUnits = kHeadDim * 2 / 16;  // 72 units of 8 values a row, as load_q

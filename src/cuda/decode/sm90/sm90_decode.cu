@@ -60,26 +60,25 @@ void encode_q_map(DecodeParams& p) {
   p.q_boxes = gh == 0 || (p.num_heads % 64 == 0 && 64 % gh == 0);
   if (!p.q_boxes) return;
   constexpr cuuint64_t kRowBytes = cuuint64_t(kHeadDim) * 2;
-  const cuuint32_t elem[4] = {1, 1, 1, 1};
-  CUresult r;
-  if (gh == 0) {
-    const cuuint64_t dims[2] = {cuuint64_t(kHeadDim), cuuint64_t(p.q_rows * p.num_heads)};
-    const cuuint64_t strides[1] = {kRowBytes};
-    const cuuint32_t box[2] = {64, cuuint32_t(sm90::kPairs)};
-    r = tensor_map_encoder()(&p.q_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p.q),
-                             dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  } else {
-    const cuuint64_t groups = cuuint64_t(p.num_heads / gh);
-    const cuuint64_t dims[4] = {cuuint64_t(kHeadDim), cuuint64_t(gh), cuuint64_t(p.q_rows), groups};
-    const cuuint64_t strides[3] = {kRowBytes, kRowBytes * gh, kRowBytes * gh * p.q_rows};
-    const cuuint32_t box[4] = {64, cuuint32_t(gh), 1, cuuint32_t(sm90::kPairs / gh)};
-    r = tensor_map_encoder()(&p.q_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(p.q),
-                             dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  cuuint32_t rank = 2;
+  cuuint64_t dims[4] = {cuuint64_t(kHeadDim), cuuint64_t(p.q_rows * p.num_heads), 1, 1};
+  cuuint64_t strides[3] = {kRowBytes, 0, 0};
+  cuuint32_t box[4] = {64, cuuint32_t(sm90::kPairs), 1, 1};
+  if (gh != 0) {
+    rank = 4;
+    dims[1] = cuuint64_t(gh);
+    dims[2] = cuuint64_t(p.q_rows);
+    dims[3] = cuuint64_t(p.num_heads / gh);
+    strides[1] = kRowBytes * gh;
+    strides[2] = kRowBytes * gh * p.q_rows;
+    box[1] = cuuint32_t(gh);
+    box[3] = cuuint32_t(sm90::kPairs / gh);
   }
+  const cuuint32_t elem[4] = {1, 1, 1, 1};
+  const CUresult r = tensor_map_encoder()(
+      &p.q_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(p.q), dims, strides, box,
+      elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   // A gathered query the driver's map refuses is copied by the threads (same results).
   if (gh != 0 && r != CUDA_SUCCESS) {
     p.q_boxes = false;
