@@ -75,10 +75,16 @@ DecodeKernelChoice select_decode_kernel(const DecodeConfig& c) {
   // 32, whose tiles hold 32 or 64 pairs, never narrow (H 128 5.6-6.6 % faster, cb1e582), and fp8
   // at every head count (0.84-0.97x the other form's time on the cache_formats shapes, H 16 to
   // 128, one H200, 2026-12-05, docs/design/decode-kernel.md section 3). Its narrow bf16 tiles are
-  // the other form's, not measured inside it.
-  const bool taken =
-      c.rounds == Rounds::all ||
-      (c.rounds == Rounds::measured && (c.cache_dtype == DType::fp8_e4m3 || c.num_heads % 32 == 0));
+  // the other form's, not measured inside it. At fewer than 32 heads it takes bf16 where the
+  // schedule's mean request fills a tile (H 16 at Q >= 4, as spec-decode capture sizes give it):
+  // H 16 at uniform Q 8 0.890x the other form's time, ragged Q 1..8 at L 32K 0.943x, padded to
+  // Q 8 at L 4K 0.890x, ragged at L 4K 1.019x (one H100, 2026-12-06,
+  // bench/results/h100/rounds_wide_requests_ab.json); launches whose tiles are all narrow (Q 1)
+  // keep the other form, where rounds took 1.04-1.08x its time (a77c23f).
+  const bool wide_requests = c.num_heads < 32 && c.request_pairs >= kTilePairs;
+  const bool taken = c.rounds == Rounds::all ||
+                     (c.rounds == Rounds::measured &&
+                      (c.cache_dtype == DType::fp8_e4m3 || c.num_heads % 32 == 0 || wide_requests));
   if (taken && c.block_size % 64 == 0) {
     choice.kernel = c.cache_dtype == DType::fp8_e4m3 ? DecodeKernel::sm90_fp8_rounds
                                                      : DecodeKernel::sm90_bf16_rounds;

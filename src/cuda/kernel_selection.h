@@ -2,6 +2,7 @@
 // (decode/launch.cc launches what it says). Plain C++, unit-tested without a GPU.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "dcpmla/types.h"
@@ -22,8 +23,8 @@ const char* to_string(DecodeKernel k);
 // Which launches the round decode takes, of those it can run (pages of a multiple of 64 tokens).
 enum class Rounds {
   none,      // none: the warp-specialised form everywhere (DCPMLA_DECODE_ROUNDS=0)
-  measured,  // where it was measured faster: bf16 caches at head counts in multiples of 32 and
-             // fp8 caches (the default)
+  measured,  // where it was measured faster: bf16 caches at head counts in multiples of 32 or
+             // with requests of a full tile's pairs, and fp8 caches (the default)
   all,       // every one, narrow bf16 tiles too (DCPMLA_DECODE_ROUNDS=1)
 };
 
@@ -35,6 +36,8 @@ struct DecodeConfig {
   int tile_pairs = 64;  // (row, head) pairs of one thread block's tile, 1 .. 64
   // Which launches the round decode takes (the backend's rounds_by_default()).
   Rounds rounds = Rounds::none;
+  // (row, head) pairs of the schedule's mean request (rows x H / requests; 0: not known).
+  std::int64_t request_pairs = 0;
 };
 // The CUDA backend's Rounds: measured, or all / none where DCPMLA_DECODE_ROUNDS is 1 / 0 (any
 // other value is an error). The backend reads it once, when it is made (not on every decode:

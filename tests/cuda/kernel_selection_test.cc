@@ -101,6 +101,19 @@ TEST(KernelSelection, RoundsByDefaultTakeBf16AtHeadsInMultiplesOf32AndFp8) {
   EXPECT_EQ(by_default(DType::bf16, 16, 64).narrow_pairs, 0);
   EXPECT_EQ(by_default(DType::bf16, 80, 64).kernel, DecodeKernel::sm90_bf16_bulk);
   EXPECT_EQ(by_default(DType::bf16, 128, 32).kernel, DecodeKernel::sm90_bf16_bulk);
+  // Fewer than 32 heads: bf16 rounds where the mean request fills a tile (H 16 at Q >= 4).
+  auto with_requests = [](int heads, std::int64_t pairs, int block_size = 64) {
+    return select_decode_kernel(
+        {DType::bf16, DType::bf16, heads, block_size, 64, Rounds::measured, pairs});
+  };
+  EXPECT_EQ(with_requests(16, 128).kernel, DecodeKernel::sm90_bf16_rounds);
+  EXPECT_EQ(with_requests(16, 64).kernel, DecodeKernel::sm90_bf16_rounds);
+  EXPECT_EQ(with_requests(16, 48).kernel, DecodeKernel::sm90_bf16_bulk);
+  EXPECT_EQ(with_requests(16, 0).kernel, DecodeKernel::sm90_bf16_bulk);
+  EXPECT_EQ(with_requests(16, 128, 32).kernel, DecodeKernel::sm90_bf16_bulk);
+  EXPECT_EQ(with_requests(80, 640).kernel, DecodeKernel::sm90_bf16_bulk);
+  EXPECT_EQ(select_decode_kernel({DType::bf16, DType::bf16, 16, 64, 64, Rounds::none, 128}).kernel,
+            DecodeKernel::sm90_bf16_bulk);
 }
 
 TEST(KernelSelection, RoundsByDefaultFollowTheEnvironment) {

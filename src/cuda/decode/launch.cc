@@ -56,14 +56,18 @@ void decode(const DecodeArgs& a, const Schedule& schedule, Rounds rounds, cudaSt
   const int H = config.num_heads;
   const int bs = config.block_size;
   const bool into_send = decodes_into_send(a);
-  // check_decode accepted the arguments: the kernel is chosen, not checked, again.
-  const DecodeKernelChoice kernel =
-      select_decode_kernel({a.q.dtype, a.cache.dtype, H, bs, kTilePairs, rounds});
-
   // A plan known only on the device, or one a graph will replay others in place of, is launched
   // for the schedule's capacity (blocks past the header's counts exit); an eager host plan for
   // exactly its counts.
   const bool for_capacity = host.on_device || is_capturing(s);
+  // check_decode accepted the arguments: the kernel is chosen, not checked, again, from the
+  // requests the launch is made for.
+  const std::int64_t requests = for_capacity ? cap.requests : host.requests;
+  const std::int64_t request_pairs =
+      requests > 0 ? (for_capacity ? cap.rows : host.rows) * H / requests : 0;
+  const DecodeKernelChoice kernel =
+      select_decode_kernel({a.q.dtype, a.cache.dtype, H, bs, kTilePairs, rounds, request_pairs});
+
   const std::int64_t rows = host.rows;
   const std::int64_t items = for_capacity ? cap.work_items : host.work_items;
   const std::int64_t merge_rows = for_capacity ? cap.merge_rows : host.merge_rows;
