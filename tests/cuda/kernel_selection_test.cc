@@ -77,7 +77,7 @@ TEST(KernelSelection, RoundsTakePagesOf64RowBoxes) {
             DecodeKernel::sm90_fp8);
 }
 
-TEST(KernelSelection, RoundsByDefaultTakeBf16AtHeadsInMultiplesOf32AndFp8) {
+TEST(KernelSelection, RoundsByDefaultTakeBf16AtHeadsInMultiplesOf32OrWideRequestsAndFp8) {
   auto by_default = [](DType cache, int heads, int block_size) {
     return select_decode_kernel({DType::bf16, cache, heads, block_size, 64, Rounds::measured});
   };
