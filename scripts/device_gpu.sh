@@ -122,12 +122,13 @@ timeout "$(cap 60)" build-gpu/tools/dcpmla demo --backend cuda 2>&1 | tee "$OUT/
 
 # --- compute-sanitizer --------------------------------------------------------------------
 if command -v compute-sanitizer > /dev/null; then
+  # The small decodes every sanitizer runs: plain and gathered queries, staged rows of both widths.
+  small='CudaBackend.DecodeRepeatsAndGrowsItsPlanBuffers:CudaBackend.GatheredQueryGivesThePlainQuerysBits'
   log "compute-sanitizer memcheck (small cases)"
-  filter='CudaBackend.DecodeRepeatsAndGrowsItsPlanBuffers:CudaBackend.InvalidDeviceBlockIdsReadNoMemory'
+  filter="$small:CudaBackend.InvalidDeviceBlockIdsReadNoMemory"
   filter+=':CudaBackend.SpecMergeVectors:CudaBackend.WriteKvMatchesCpuAndSkipsBadSlots'
   filter+=':CudaBackend.LayoutKernelsMatchCpuExactly:CudaBackend.CombineKernelsMatchCpu'
   filter+=':CudaBackend.GraphReplaysPlansUpdatedInPlace:CudaBackend.DecodeMatchesCpuBackend'
-  filter+=':CudaBackend.GatheredQueryGivesThePlainQuerysBits'
   timeout "$(cap 90)" compute-sanitizer --tool memcheck --error-exitcode 3 \
     build-gpu/tests/cuda/cuda_backend_test --gtest_filter="$filter" 2>&1 |
     tee "$OUT/memcheck.log" | tail -15
@@ -150,7 +151,6 @@ if command -v compute-sanitizer > /dev/null; then
   # (publish_rows, arrive; sync, read_rows) in every decode, so a hazard between those two is
   # not a verdict; any other hazard is.
   log "compute-sanitizer racecheck (small decodes: plain and gathered queries, staged rows)"
-  small='CudaBackend.DecodeRepeatsAndGrowsItsPlanBuffers:CudaBackend.GatheredQueryGivesThePlainQuerysBits'
   timeout "$(cap 90)" compute-sanitizer --tool racecheck \
     build-gpu/tests/cuda/cuda_backend_test --gtest_filter="$small" > "$OUT/racecheck.log" 2>&1
   rc=$?
@@ -170,8 +170,7 @@ if command -v compute-sanitizer > /dev/null; then
   # with the kOIssued hand-off, on the final m and l across the closing __syncthreads); its log
   # is kept for reading, not as a verdict.
   log "compute-sanitizer synccheck (decodes of several tiles, bulk and threads' copies)"
-  multi='CudaBackend.InvalidDeviceBlockIdsReadNoMemory:CudaBackend.DecodeRepeatsAndGrowsItsPlanBuffers'
-  multi+=':CudaBackend.GatheredQueryGivesThePlainQuerysBits'
+  multi="CudaBackend.InvalidDeviceBlockIdsReadNoMemory:$small"
   timeout "$(cap 120)" compute-sanitizer --tool synccheck --error-exitcode 3 \
     build-gpu/tests/cuda/cuda_backend_test --gtest_filter="$multi" 2>&1 |
     tee "$OUT/synccheck.log" | tail -4
