@@ -3,8 +3,8 @@
 # PyTorch (no network needed): builds dcpmla_gpu_bench (Release, CUDA sm_90a) and, at the same
 # time, FlashMLA's dense decode extension in FLASHMLA_DIR, then runs bench/gpu/vs_flashmla.py,
 # which alternates the two on the same shapes and writes $OUT/vs_flashmla.json (default OUT:
-# ./gpu-out), its table (vs_flashmla.txt), every round's timings (vs_flashmla_raw.json) and the
-# build logs.
+# ./gpu-out; with each side's median SM clock and board power, nvidia-smi sampling every 20 ms),
+# its table (vs_flashmla.txt), every round's timings (vs_flashmla_raw.json) and the build logs.
 #
 # FLASHMLA_DIR is a FlashMLA source tree (CUTLASS in csrc/cutlass) with a setup_dense.py at its
 # top that builds the dense sm90 decode only; scripts/flashmla_source.sh makes one from git
@@ -61,7 +61,7 @@ log "builds done"
 PYTHONUNBUFFERED=1 timeout 400 python3 bench/gpu/vs_flashmla.py \
   --bench build-gpu/bench/gpu/dcpmla_gpu_bench --flashmla "$fm" \
   --out "$OUT/vs_flashmla.json" --raw "$OUT/vs_flashmla_raw.json" \
-  --commit "$COMMIT" --flashmla-commit "$fm_commit" --command "$command_line" \
+  --commit "$COMMIT" --flashmla-commit "$fm_commit" --command "$command_line" --board-ms 20 \
   ${VS_FLASHMLA_ARGS:-} 2>&1 | tee "$OUT/vs_flashmla.txt"
 status=${PIPESTATUS[0]}
 log "done, status $status"

@@ -9,7 +9,9 @@ launches nor follow an idle gap: dcpmla's C++ calls run straight after their war
 an idle gap the H200 runs the next calls at a higher clock (a 30 ms sleep kernel ahead of the
 timed calls made the same decode 4-11 % faster on compute-bound shapes). Per shape and round the
 two run back to back, the order flipping every round; a shape's figure is the median of its
-rounds' medians.
+rounds' medians. With --board-ms, nvidia-smi samples the board meanwhile, and each shape also
+gets the median SM clock and power over each side's calls (medians over the rounds): under the
+power cap two kernels can differ in clock as well as in cycles.
 
 Ragged mixes (the ragged_mix group of dcpmla_gpu_bench: 64 requests, Q 1..8, every request of
 length L) run FlashMLA in each correct form it has, checked against a float32 reference on
@@ -23,6 +25,7 @@ usage: vs_flashmla.py --bench BUILD/bench/gpu/dcpmla_gpu_bench --flashmla DIR --
 """
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -32,6 +35,7 @@ import sys
 import time
 
 import torch
+from board_samples import BoardSamples
 
 D_QK, D_V, BLOCK = 576, 512, 64
 SCALE = 0.1352338  # dcpmla_gpu_bench's softmax scale
@@ -430,6 +434,11 @@ def result_row(sh, run):
             "dcpmla_output_finite": all(r["output_finite"] for r in run["dcpmla"]),
         }
     )
+    for side in ("dcpmla", "flashmla"):
+        boards = [r["board"] for r in run[side] if r.get("board")]
+        if boards:
+            row[f"{side}_sm_mhz"] = statistics.median(b["sm_mhz"] for b in boards)
+            row[f"{side}_power_w"] = statistics.median(b["power_w"] for b in boards)
     return row
 
 
@@ -445,6 +454,12 @@ def main():
     ap.add_argument("--raw", help="every round's timings, rewritten after each shape")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument(
+        "--board-ms",
+        type=int,
+        default=0,
+        help="sample the board's SM clock and power with nvidia-smi every N ms (0: off)",
+    )
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--flashmla-commit", default="unknown")
     ap.add_argument("--command", default=" ".join(sys.argv))
@@ -473,12 +488,26 @@ def main():
         name = f"ragged 64 x Q 1..8, L {L}, H {H}"
         shapes.append({"shape": name, "name": None, "B": 64, "L": L, "H": H, "q": mix, "world": 1})
     runs = [{"dcpmla": [], "flashmla": []} for _ in shapes]
+    board_context = BoardSamples(args.board_ms) if args.board_ms > 0 else contextlib.nullcontext()
+    with board_context as board:
+        run_rounds(args, ours, shapes, runs, board, date)
+    ours.close()
+    print_table(results_of(shapes, runs))
+
+
+def results_of(shapes, runs):
+    return [result_row(sh, run) for sh, run in zip(shapes, runs)]
+
+
+def run_rounds(args, ours, shapes, runs, board, date):
+    """Every round of every shape, both sides, the JSON rewritten after each round."""
     for rnd in range(args.rounds):
         for sh, run in zip(shapes, runs):
             B, L, H, q = sh["B"], sh["L"], sh["H"], sh["q"]
             sides = ["dcpmla", "flashmla"] if rnd % 2 == 0 else ["flashmla", "dcpmla"]
             for side in sides:
                 label = f"{side} {sh['shape']}"
+                t0 = time.time()
                 if side == "dcpmla":
                     r = timed_or_error(
                         label, ours.time, B=B, L=L, H=H, q=q, world=sh["world"], sets=n_sets(B, L)
@@ -490,12 +519,15 @@ def main():
                     )
                 else:
                     r = timed_or_error(label, flashmla_uniform, B, L, H, q, args.reps)
+                b = board.window(t0, time.time()) if board is not None else None
+                if b is not None and "error" not in r:
+                    r["board"] = b
                 run[side].append(r)
             print(f"round {rnd} {sh['shape']}: done", file=sys.stderr, flush=True)
             if args.raw:
                 with open(args.raw, "w") as fh:
                     json.dump({"shapes": shapes, "runs": runs}, fh)
-        results = [result_row(sh, run) for sh, run in zip(shapes, runs)]
+        results = results_of(shapes, runs)
         doc = {
             "commit": args.commit,
             "flashmla_commit": args.flashmla_commit,
@@ -512,9 +544,12 @@ def main():
         with open(args.out, "w") as fh:
             json.dump(doc, fh, indent=1)
             fh.write("\n")
-    ours.close()
 
-    print(f"{'shape':<36} {'dcpmla us':>10} {'FlashMLA us':>12} {'ratio':>6}  FlashMLA")
+
+def print_table(results):
+    board = any("dcpmla_sm_mhz" in r for r in results)
+    head = f"{'shape':<36} {'dcpmla us':>10} {'FlashMLA us':>12} {'ratio':>6}"
+    print(head + (f" {'SM MHz':>11}" if board else "") + "  FlashMLA")
     ratios = []
     for r in results:
         shape = r["shape"]
@@ -525,6 +560,9 @@ def main():
         ratios.append(r["ratio"])
         form = r.get("flashmla_strategy", "uniform")
         us = f"{r['dcpmla_us']:>10.1f} {r['flashmla_us']:>12.1f} {r['ratio']:>6.3f}"
+        if board:
+            mhz = [r.get(f"{side}_sm_mhz") for side in ("dcpmla", "flashmla")]
+            us += " " + "/".join("-" if m is None else f"{m:.0f}" for m in mhz).rjust(11)
         print(f"{label:<36} {us}  {form}")
     if ratios:
         geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
