@@ -490,17 +490,15 @@ def main():
     runs = [{"dcpmla": [], "flashmla": []} for _ in shapes]
     board_context = BoardSamples(args.board_ms) if args.board_ms > 0 else contextlib.nullcontext()
     with board_context as board:
-        run_rounds(args, ours, shapes, runs, board, date)
+        results = run_rounds(args, ours, shapes, runs, board, date)
     ours.close()
-    print_table(results_of(shapes, runs))
-
-
-def results_of(shapes, runs):
-    return [result_row(sh, run) for sh, run in zip(shapes, runs)]
+    print_table(results)
 
 
 def run_rounds(args, ours, shapes, runs, board, date):
-    """Every round of every shape, both sides, the JSON rewritten after each round."""
+    """Every round of every shape, both sides, the JSON rewritten after each round; returns the
+    last round's results."""
+    results = []
     for rnd in range(args.rounds):
         for sh, run in zip(shapes, runs):
             B, L, H, q = sh["B"], sh["L"], sh["H"], sh["q"]
@@ -527,7 +525,7 @@ def run_rounds(args, ours, shapes, runs, board, date):
             if args.raw:
                 with open(args.raw, "w") as fh:
                     json.dump({"shapes": shapes, "runs": runs}, fh)
-        results = results_of(shapes, runs)
+        results = [result_row(sh, run) for sh, run in zip(shapes, runs)]
         doc = {
             "commit": args.commit,
             "flashmla_commit": args.flashmla_commit,
@@ -544,6 +542,7 @@ def run_rounds(args, ours, shapes, runs, board, date):
         with open(args.out, "w") as fh:
             json.dump(doc, fh, indent=1)
             fh.write("\n")
+    return results
 
 
 def print_table(results):

@@ -81,7 +81,7 @@ DecodeKernelChoice select_decode_kernel(const DecodeConfig& c) {
   // Q 8 at L 4K 0.890x, ragged at L 4K 1.019x (one H100, 2026-12-06,
   // bench/results/h100/rounds_wide_requests_ab.json); launches whose tiles are all narrow (Q 1)
   // keep the other form, where rounds took 1.04-1.08x its time (a77c23f).
-  const bool wide_requests = c.num_heads < 32 && c.request_pairs >= kTilePairs;
+  const bool wide_requests = c.num_heads < 32 && c.request_pairs >= c.tile_pairs;
   const bool taken = c.rounds == Rounds::all ||
                      (c.rounds == Rounds::measured &&
                       (c.cache_dtype == DType::fp8_e4m3 || c.num_heads % 32 == 0 || wide_requests));
