@@ -44,15 +44,20 @@ def summarise(samples, t0, t1):
 
 class BoardSamples:
     """nvidia-smi sampling the first GPU every period_ms into a temporary file, as a context
-    manager. window(t0, t1) reads what it has written so far. Where nvidia-smi cannot start,
-    every window is None."""
+    manager. window(t0, t1) reads what it has written since the last call. With period_ms <= 0,
+    or where nvidia-smi cannot start, every window is None."""
 
     def __init__(self, period_ms):
         self.period_ms = period_ms
         self.proc = None
         self.file = None
+        self.reader = None
+        self.samples = []
+        self.partial = ""  # a last line nvidia-smi has not finished writing
 
     def __enter__(self):
+        if self.period_ms <= 0:
+            return self
         self.file = tempfile.NamedTemporaryFile("w+", suffix=".csv", delete=False)
         try:
             self.proc = subprocess.Popen(
@@ -68,18 +73,24 @@ class BoardSamples:
             )
         except OSError:
             self.proc = None
+        self.reader = open(self.file.name)
         return self
 
     def window(self, t0, t1):
         if self.proc is None:
             return None
-        with open(self.file.name) as fh:
-            samples = [s for s in map(parse_sample, fh) if s is not None]
-        return summarise(samples, t0, t1)
+        lines = (self.partial + self.reader.read()).split("\n")
+        self.partial = lines.pop()
+        self.samples += [s for s in map(parse_sample, lines) if s is not None]
+        # Windows come in time order: samples before this one's start are not asked for again.
+        self.samples = [s for s in self.samples if s[0] >= t0]
+        return summarise(self.samples, t0, t1)
 
     def __exit__(self, *exc):
         if self.proc is not None:
             self.proc.terminate()
             self.proc.wait()
-        self.file.close()
-        os.unlink(self.file.name)
+        if self.file is not None:
+            self.reader.close()
+            self.file.close()
+            os.unlink(self.file.name)

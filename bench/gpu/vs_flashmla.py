@@ -25,7 +25,6 @@ usage: vs_flashmla.py --bench BUILD/bench/gpu/dcpmla_gpu_bench --flashmla DIR --
 """
 
 import argparse
-import contextlib
 import datetime
 import json
 import math
@@ -488,8 +487,7 @@ def main():
         name = f"ragged 64 x Q 1..8, L {L}, H {H}"
         shapes.append({"shape": name, "name": None, "B": 64, "L": L, "H": H, "q": mix, "world": 1})
     runs = [{"dcpmla": [], "flashmla": []} for _ in shapes]
-    board_context = BoardSamples(args.board_ms) if args.board_ms > 0 else contextlib.nullcontext()
-    with board_context as board:
+    with BoardSamples(args.board_ms) as board:
         results = run_rounds(args, ours, shapes, runs, board, date)
     ours.close()
     print_table(results)
@@ -517,7 +515,7 @@ def run_rounds(args, ours, shapes, runs, board, date):
                     )
                 else:
                     r = timed_or_error(label, flashmla_uniform, B, L, H, q, args.reps)
-                b = board.window(t0, time.time()) if board is not None else None
+                b = board.window(t0, time.time())
                 if b is not None and "error" not in r:
                     r["board"] = b
                 run[side].append(r)
